@@ -1,0 +1,309 @@
+package events
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// HeaderEventType duplicates the envelope's type in a header so that replays
+// filtered by type skip other events without decoding them.
+const HeaderEventType = "Anvil-Event-Type"
+
+// StreamOptions are the settings of the EVENTS stream that operators choose.
+type StreamOptions struct {
+	Replicas   int           // 1 for development, 3 in production
+	Duplicates time.Duration // dedup window for Nats-Msg-Id; 0 means 2 minutes
+}
+
+// StreamConfig is the EVENTS stream's configuration: an append-only log
+// that nobody can delete from or purge, and that refuses writes when full
+// rather than dropping history.
+func StreamConfig(o StreamOptions) jetstream.StreamConfig {
+	if o.Replicas == 0 {
+		o.Replicas = 1
+	}
+	if o.Duplicates == 0 {
+		o.Duplicates = 2 * time.Minute
+	}
+	return jetstream.StreamConfig{
+		Name:        StreamName,
+		Description: "anvil event log: events.<org>.<aggregate>.<id>",
+		Subjects:    []string{SubjectPrefix + ".>"},
+		Storage:     jetstream.FileStorage,
+		Retention:   jetstream.LimitsPolicy,
+		Discard:     jetstream.DiscardNew,
+		DenyDelete:  true,
+		DenyPurge:   true,
+		Replicas:    o.Replicas,
+		Duplicates:  o.Duplicates,
+		// A single aggregate may hold any number of events.
+		MaxMsgsPerSubject: -1,
+	}
+}
+
+// EnsureStream creates the EVENTS stream, or checks that the existing one has
+// the settings the log relies on. It never changes an existing stream: an
+// incompatible one is reported with every difference.
+func EnsureStream(ctx context.Context, js jetstream.JetStream, o StreamOptions) (jetstream.Stream, error) {
+	want := StreamConfig(o)
+	s, err := js.Stream(ctx, StreamName)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		s, err = js.CreateStream(ctx, want)
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			s, err = js.Stream(ctx, StreamName) // another replica created it first
+		}
+		if err != nil {
+			return nil, fmt.Errorf("events: creating stream %s: %w", StreamName, err)
+		}
+	} else if err != nil {
+		return nil, fmt.Errorf("events: looking up stream %s: %w", StreamName, err)
+	}
+	if diffs := incompatible(s.CachedInfo().Config, want); len(diffs) > 0 {
+		return nil, fmt.Errorf("events: stream %s exists with incompatible settings (it was not changed): %s",
+			StreamName, strings.Join(diffs, "; "))
+	}
+	return s, nil
+}
+
+func incompatible(have, want jetstream.StreamConfig) []string {
+	var d []string
+	check := func(ok bool, field string, h, w any) {
+		if !ok {
+			d = append(d, fmt.Sprintf("%s is %v, want %v", field, h, w))
+		}
+	}
+	check(len(have.Subjects) == 1 && have.Subjects[0] == want.Subjects[0], "subjects", have.Subjects, want.Subjects)
+	check(have.Storage == want.Storage, "storage", have.Storage, want.Storage)
+	check(have.Retention == want.Retention, "retention", have.Retention, want.Retention)
+	check(have.Discard == want.Discard, "discard", have.Discard, want.Discard)
+	check(have.DenyDelete, "deny_delete", have.DenyDelete, true)
+	check(have.DenyPurge, "deny_purge", have.DenyPurge, true)
+	check(have.Replicas == want.Replicas, "replicas", have.Replicas, want.Replicas)
+	check(have.MaxAge == 0, "max_age", have.MaxAge, "unlimited")
+	check(have.MaxMsgsPerSubject <= 0, "max_msgs_per_subject", have.MaxMsgsPerSubject, "unlimited")
+	return d
+}
+
+// JetStreamStore is the Store on the EVENTS stream.
+type JetStreamStore struct {
+	js     jetstream.JetStream
+	stream jetstream.Stream
+	reg    *Registry
+	now    func() time.Time
+}
+
+// NewJetStreamStore ensures the stream and returns a store on it.
+func NewJetStreamStore(ctx context.Context, js jetstream.JetStream, reg *Registry, o StreamOptions) (*JetStreamStore, error) {
+	s, err := EnsureStream(ctx, js, o)
+	if err != nil {
+		return nil, err
+	}
+	return &JetStreamStore{js: js, stream: s, reg: reg, now: time.Now}, nil
+}
+
+// Registry returns the registry the store encodes payloads with.
+func (s *JetStreamStore) Registry() *Registry { return s.reg }
+
+func (s *JetStreamStore) Append(ctx context.Context, ref AggregateRef, expected uint64, drafts ...Draft) (_ []Envelope, err error) {
+	ctx, span := tracer.Start(ctx, "append "+ref.Type, trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(
+			attribute.String("messaging.system", "nats"),
+			attribute.String("messaging.destination.name", ref.Subject()),
+			attribute.String("anvil.org", ref.Org),
+			attribute.Int("messaging.batch.message_count", len(drafts)),
+		))
+	defer func() { endSpan(span, err) }()
+
+	envs, err := seal(ctx, s.reg, ref, s.now(), drafts)
+	if err != nil {
+		return nil, err
+	}
+	subject := ref.Subject()
+	for i := range envs {
+		span.AddEvent(envs[i].Type, trace.WithAttributes(attribute.String("anvil.event_id", envs[i].ID)))
+		body, err := json.Marshal(&envs[i])
+		if err != nil {
+			return envs[:i], err
+		}
+		msg := &nats.Msg{Subject: subject, Data: body, Header: nats.Header{}}
+		msg.Header.Set(HeaderEventType, envs[i].Type)
+		otel.GetTextMapPropagator().Inject(ctx, HeaderCarrier(msg.Header))
+		opts := []jetstream.PublishOpt{jetstream.WithMsgID(envs[i].ID), jetstream.WithExpectStream(StreamName)}
+		if expected != Any {
+			opts = append(opts, jetstream.WithExpectLastSequencePerSubject(expected))
+		}
+		ack, err := s.js.PublishMsg(ctx, msg, opts...)
+		if err != nil {
+			var apiErr *jetstream.APIError
+			if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+				apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
+				// The expectation is checked before deduplication, so a retry
+				// of an append that did land looks like a conflict.
+				if seq, found := s.findSince(ctx, subject, expected, envs[i].ID); found {
+					envs[i].Sequence, expected = seq, seq
+					continue
+				}
+				appendConflicts.Inc()
+				return envs[:i], &ConflictError{Ref: ref, Expected: expected, Actual: s.lastSeq(ctx, subject)}
+			}
+			return envs[:i], fmt.Errorf("events: appending %s to %s: %w", envs[i].Type, ref, err)
+		}
+		envs[i].Sequence = ack.Sequence
+		if expected != Any {
+			expected = ack.Sequence
+		}
+		appended.WithLabelValues(ref.Type).Inc()
+	}
+	span.SetAttributes(attribute.Int64("anvil.version", int64(envs[len(envs)-1].Sequence)))
+	return envs, nil
+}
+
+// lastSeq is the aggregate's current version, for the conflict report.
+func (s *JetStreamStore) lastSeq(ctx context.Context, subject string) uint64 {
+	m, err := s.stream.GetLastMsgForSubject(ctx, subject)
+	if err != nil {
+		return 0
+	}
+	return m.Sequence
+}
+
+// findSince looks for event id among the subject's events after seq.
+func (s *JetStreamStore) findSince(ctx context.Context, subject string, seq uint64, id string) (uint64, bool) {
+	var found uint64
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject},
+		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: seq + 1}
+	err := s.readOrdered(ctx, cfg, func(m jetstream.Msg, meta *jetstream.MsgMetadata) (bool, error) {
+		if m.Headers().Get(jetstream.MsgIDHeader) == id {
+			found = meta.Sequence.Stream
+			return true, nil
+		}
+		return false, nil
+	})
+	return found, err == nil && found != 0
+}
+
+func (s *JetStreamStore) Load(ctx context.Context, ref AggregateRef) ([]Envelope, error) {
+	if err := ref.Validate(); err != nil {
+		return nil, err
+	}
+	var out []Envelope
+	err := s.Replay(ctx, Filter{Org: ref.Org, AggregateType: ref.Type, AggregateID: ref.ID}, Position{}, Position{}, func(e *Envelope) error {
+		out = append(out, *e)
+		return nil
+	})
+	return out, err
+}
+
+// clockSkew widens time-positioned replays: the consumer starts by the
+// server's receive time, the envelope carries the appender's clock, and the
+// two can differ by a little.
+const clockSkew = time.Minute
+
+func (s *JetStreamStore) Replay(ctx context.Context, f Filter, from, to Position, fn func(*Envelope) error) error {
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{f.subject()}, DeliverPolicy: jetstream.DeliverAllPolicy}
+	switch {
+	case from.Seq > 0:
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from.Seq
+	case !from.Time.IsZero():
+		start := from.Time.Add(-clockSkew)
+		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &start
+	}
+	return s.readOrdered(ctx, cfg, func(m jetstream.Msg, meta *jetstream.MsgMetadata) (bool, error) {
+		if to.Seq != 0 && meta.Sequence.Stream > to.Seq ||
+			!to.Time.IsZero() && meta.Timestamp.After(to.Time.Add(clockSkew)) {
+			return true, nil
+		}
+		if len(f.EventTypes) > 0 && !f.matchType(m.Headers().Get(HeaderEventType)) {
+			return false, nil
+		}
+		env, err := DecodeEnvelope(m.Data(), meta.Sequence.Stream)
+		if err != nil {
+			return false, err
+		}
+		if !inRange(env, from, to) || !f.matchType(env.Type) {
+			return false, nil
+		}
+		return false, fn(env)
+	})
+}
+
+// readOrdered runs an ordered consumer until it has delivered everything
+// that was in the stream when it started, or visit says stop.
+func (s *JetStreamStore) readOrdered(ctx context.Context, cfg jetstream.OrderedConsumerConfig,
+	visit func(jetstream.Msg, *jetstream.MsgMetadata) (stop bool, err error)) error {
+	cons, err := s.stream.OrderedConsumer(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("events: replay consumer: %w", err)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("events: replay consumer info: %w", err)
+	}
+	if info.NumPending == 0 {
+		return nil
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(4096))
+	if err != nil {
+		return fmt.Errorf("events: replay: %w", err)
+	}
+	defer it.Stop()
+	stopOnCancel := context.AfterFunc(ctx, it.Stop)
+	defer stopOnCancel()
+	for {
+		m, err := it.Next()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("events: replay: %w", err)
+		}
+		meta, err := m.Metadata()
+		if err != nil {
+			return err
+		}
+		stop, err := visit(m, meta)
+		if err != nil || stop || meta.NumPending == 0 {
+			return err
+		}
+	}
+}
+
+func (s *JetStreamStore) Head(ctx context.Context) (uint64, error) {
+	info, err := s.stream.Info(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return info.State.LastSeq, nil
+}
+
+// DecodeEnvelope parses a stored message body.
+func DecodeEnvelope(data []byte, seq uint64) (*Envelope, error) {
+	env := &Envelope{}
+	if err := json.Unmarshal(data, env); err != nil {
+		return nil, fmt.Errorf("events: message %d is not an envelope: %w", seq, err)
+	}
+	if env.Type == "" || env.ID == "" {
+		return nil, fmt.Errorf("events: message %d is not an envelope: missing id or type", seq)
+	}
+	env.Sequence = seq
+	return env, nil
+}
+
+func endSpan(span trace.Span, err error) {
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
+}

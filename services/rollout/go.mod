@@ -1,0 +1,7 @@
+module github.com/anvil-fleet/anvil/services/rollout
+
+go 1.26
+
+require github.com/anvil-fleet/anvil/libs/events v0.0.0
+
+replace github.com/anvil-fleet/anvil/libs/events => ../../libs/events
