@@ -37,7 +37,7 @@ func (c HeaderCarrier) Keys() []string {
 // MapCarrier is the carrier over an envelope's Trace map.
 type MapCarrier map[string]string
 
-func (c MapCarrier) Get(key string) string  { return c[strings.ToLower(key)] }
+func (c MapCarrier) Get(key string) string { return c[strings.ToLower(key)] }
 func (c MapCarrier) Set(key, value string) { c[strings.ToLower(key)] = value }
 func (c MapCarrier) Keys() []string {
 	keys := make([]string, 0, len(c))

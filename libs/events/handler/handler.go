@@ -1,0 +1,267 @@
+// Package handler runs event handlers and process managers on watermill's
+// router, with its Recoverer, CorrelationID, Retry and PoisonQueue
+// middlewares.
+//
+// Messages come from a subscriber of our own over nats.go's jetstream
+// package rather than watermill-nats: its stable subscriber uses the legacy
+// JetStream API and its jetstream one (beta) drains the shared connection on
+// Close. Ours uses one durable pull consumer per handler, shared by the
+// service's replicas, acknowledges only after the handler succeeded (or the
+// event went to the poison queue), and leaves the connection alone.
+package handler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/anvil-fleet/anvil/libs/events"
+	"github.com/anvil-fleet/anvil/libs/events/poison"
+)
+
+// Func handles one event. It must be idempotent: an event can arrive more
+// than once (redelivery after a crash, retries after an error).
+type Func func(ctx context.Context, env *events.Envelope, payload any) error
+
+// permanent marks an error that retrying cannot fix.
+type permanent struct{ error }
+
+func (p permanent) Unwrap() error { return p.error }
+
+// Permanent wraps err so the event goes to the poison queue at once.
+func Permanent(err error) error { return permanent{err} }
+
+// IsPermanent reports whether err was marked permanent.
+func IsPermanent(err error) bool {
+	var p permanent
+	return errors.As(err, &p)
+}
+
+const (
+	metaSequence = "anvil_sequence"
+	metaSubject  = "anvil_subject"
+	metaType     = "anvil_type"
+)
+
+var tracer = otel.Tracer("github.com/anvil-fleet/anvil/libs/events/handler")
+
+// Router is a watermill router wired for anvil's event log.
+type Router struct {
+	wm  *message.Router
+	sub *subscriber
+	reg *events.Registry
+	log *slog.Logger
+}
+
+// Options tune retries; zero values take the defaults.
+type Options struct {
+	MaxRetries      int           // default 5
+	InitialInterval time.Duration // default 100ms
+	MaxInterval     time.Duration // default 5s
+	AckWait         time.Duration // default 1m
+}
+
+// NewRouter returns a router whose failed events end in the poison queue.
+func NewRouter(js jetstream.JetStream, reg *events.Registry, pq *poison.Queue, log *slog.Logger, o Options) (*Router, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	if o.MaxRetries == 0 {
+		o.MaxRetries = 5
+	}
+	if o.InitialInterval == 0 {
+		o.InitialInterval = 100 * time.Millisecond
+	}
+	if o.MaxInterval == 0 {
+		o.MaxInterval = 5 * time.Second
+	}
+	if o.AckWait == 0 {
+		o.AckWait = time.Minute
+	}
+	wlog := watermill.NewSlogLogger(log)
+	wm, err := message.NewRouter(message.RouterConfig{CloseTimeout: 10 * time.Second}, wlog)
+	if err != nil {
+		return nil, err
+	}
+	pqm, err := middleware.PoisonQueue(pq.Publisher(), poison.SubjectPrefix+".handlers")
+	if err != nil {
+		return nil, err
+	}
+	// Outermost first: a panic becomes an error, the correlation ID is kept,
+	// retries happen, and what still fails is poisoned and acknowledged.
+	wm.AddMiddleware(
+		middleware.Recoverer,
+		middleware.CorrelationID,
+		pqm,
+		middleware.Retry{
+			MaxRetries:          o.MaxRetries,
+			InitialInterval:     o.InitialInterval,
+			MaxInterval:         o.MaxInterval,
+			Multiplier:          2,
+			RandomizationFactor: 0.2,
+			ShouldRetry:         func(p middleware.RetryParams) bool { return !IsPermanent(p.Err) },
+			Logger:              wlog,
+		}.Middleware,
+	)
+	return &Router{wm: wm, sub: &subscriber{js: js, ackWait: o.AckWait, topics: map[string]jetstream.ConsumerConfig{}}, reg: reg, log: log}, nil
+}
+
+// Handle registers fn under a stable name for the events filter selects.
+// The name is the durable consumer's, so a restarted or scaled-out service
+// continues where the last one acknowledged.
+func (r *Router) Handle(name string, filter events.Filter, fn Func) {
+	r.sub.add(name, jetstream.ConsumerConfig{
+		Durable:       "handler-" + name,
+		Description:   "handler " + name,
+		FilterSubject: events.FilterSubject(filter.Org, filter.AggregateType, filter.AggregateID),
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       r.sub.ackWait,
+		MaxDeliver:    -1,
+		MaxAckPending: 256,
+	})
+	r.wm.AddConsumerHandler(name, name, r.sub, r.wrap(name, filter, fn))
+}
+
+// Run runs the handlers until ctx ends.
+func (r *Router) Run(ctx context.Context) error { return r.wm.Run(ctx) }
+
+// Running is closed once every handler has subscribed.
+func (r *Router) Running() chan struct{} { return r.wm.Running() }
+
+// Close stops the router.
+func (r *Router) Close() error { return r.wm.Close() }
+
+func (r *Router) wrap(name string, filter events.Filter, fn Func) message.NoPublishHandlerFunc {
+	wants := func(t string) bool {
+		if len(filter.EventTypes) == 0 {
+			return true
+		}
+		for _, w := range filter.EventTypes {
+			if w == t {
+				return true
+			}
+		}
+		return false
+	}
+	return func(msg *message.Message) error {
+		if t := msg.Metadata.Get(metaType); t != "" && !wants(t) {
+			return nil
+		}
+		seq, _ := strconv.ParseUint(msg.Metadata.Get(metaSequence), 10, 64)
+		env, err := events.DecodeEnvelope(msg.Payload, seq)
+		if err != nil {
+			return Permanent(err)
+		}
+		if !wants(env.Type) {
+			return nil
+		}
+		payload, err := r.reg.Decode(env)
+		if err != nil {
+			return Permanent(err)
+		}
+		ctx := events.ExtractTrace(msg.Context(), env)
+		ctx, span := tracer.Start(ctx, "handle "+env.Type, trace.WithSpanKind(trace.SpanKindConsumer),
+			trace.WithAttributes(
+				attribute.String("messaging.system", "nats"),
+				attribute.String("anvil.handler", name),
+				attribute.String("anvil.event_id", env.ID),
+				attribute.Int64("anvil.sequence", int64(seq)),
+			))
+		defer span.End()
+		ctx = events.FromEnvelope(ctx, env)
+		if err := fn(ctx, env, payload); err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+			r.log.WarnContext(ctx, "handler failed", "handler", name, "event", env.Type, "seq", seq, "err", err)
+			return err
+		}
+		return nil
+	}
+}
+
+// subscriber is the watermill Subscriber over durable JetStream consumers;
+// the topic is the handler name.
+type subscriber struct {
+	js      jetstream.JetStream
+	ackWait time.Duration
+	mu      sync.Mutex
+	topics  map[string]jetstream.ConsumerConfig
+}
+
+func (s *subscriber) add(topic string, cfg jetstream.ConsumerConfig) {
+	s.mu.Lock()
+	s.topics[topic] = cfg
+	s.mu.Unlock()
+}
+
+func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+	s.mu.Lock()
+	cfg, ok := s.topics[topic]
+	s.mu.Unlock()
+	if !ok {
+		return nil, fmt.Errorf("handler: no consumer configured for %q", topic)
+	}
+	cons, err := s.js.CreateOrUpdateConsumer(ctx, events.StreamName, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("handler %s: consumer: %w", topic, err)
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(64))
+	if err != nil {
+		return nil, err
+	}
+	out := make(chan *message.Message)
+	stop := context.AfterFunc(ctx, it.Stop)
+	go func() {
+		defer close(out)
+		defer stop()
+		for {
+			m, err := it.Next()
+			if err != nil {
+				if errors.Is(err, jetstream.ErrMsgIteratorClosed) || ctx.Err() != nil {
+					return
+				}
+				continue // heartbeats missed, reconnects: the iterator recovers
+			}
+			meta, err := m.Metadata()
+			if err != nil {
+				_ = m.Term()
+				continue
+			}
+			wm := message.NewMessage(strconv.FormatUint(meta.Sequence.Stream, 10), m.Data())
+			wm.Metadata.Set(metaSequence, strconv.FormatUint(meta.Sequence.Stream, 10))
+			wm.Metadata.Set(metaSubject, m.Subject())
+			wm.Metadata.Set(metaType, m.Headers().Get(events.HeaderEventType))
+			wm.SetContext(ctx)
+			select {
+			case out <- wm:
+			case <-ctx.Done():
+				return
+			}
+			select {
+			case <-wm.Acked():
+				_ = m.DoubleAck(ctx)
+			case <-wm.Nacked():
+				_ = m.NakWithDelay(time.Second)
+			case <-ctx.Done():
+				return // unacknowledged: it is redelivered after AckWait
+			}
+		}
+	}()
+	return out, nil
+}
+
+func (s *subscriber) Close() error { return nil }

@@ -1,0 +1,213 @@
+package handler_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/anvil-fleet/anvil/libs/events"
+	"github.com/anvil-fleet/anvil/libs/events/command"
+	"github.com/anvil-fleet/anvil/libs/events/eventstest"
+	"github.com/anvil-fleet/anvil/libs/events/handler"
+	"github.com/anvil-fleet/anvil/libs/events/poison"
+)
+
+type pinged struct {
+	N int `json:"n"`
+}
+
+func (pinged) EventType() string { return "test.pinged" }
+
+func registry() *events.Registry {
+	r := events.NewRegistry()
+	r.Register(pinged{})
+	return r
+}
+
+func startRouter(t *testing.T, env *eventstest.Env, setup func(r *handler.Router)) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := poison.EnsureStream(ctx, env.JS, 1); err != nil {
+		t.Fatal(err)
+	}
+	r, err := handler.NewRouter(env.JS, registry(), poison.New(env.JS), nil, handler.Options{MaxRetries: 2, InitialInterval: time.Millisecond, MaxInterval: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	setup(r)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = r.Run(ctx) }()
+	<-r.Running()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+func TestHandlerRetriesThenPoisons(t *testing.T) {
+	env := eventstest.Start(t, registry())
+	ctx := context.Background()
+	var mu sync.Mutex
+	seen := map[int]int{}
+	done := make(chan struct{}, 10)
+	startRouter(t, env, func(r *handler.Router) {
+		r.Handle("pinger", events.Filter{AggregateType: "machine"}, func(ctx context.Context, env *events.Envelope, p any) error {
+			n := p.(pinged).N
+			mu.Lock()
+			seen[n]++
+			attempts := seen[n]
+			mu.Unlock()
+			switch {
+			case n == 2 && attempts == 1:
+				return errors.New("transient") // retried, then succeeds
+			case n == 3:
+				return errors.New("always fails")
+			}
+			done <- struct{}{}
+			return nil
+		})
+	})
+	ref := events.AggregateRef{Org: "acme", Type: "machine", ID: "m1"}
+	for _, n := range []int{1, 2, 3, 4} {
+		if _, err := env.Store.Append(ctx, ref, events.Any, events.New(pinged{N: n})...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := env.JS.PublishMsg(ctx, &nats.Msg{Subject: ref.Subject(), Data: []byte("garbage")}); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatal("events were not handled")
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	var entries []poison.Entry
+	for time.Now().Before(deadline) {
+		entries, _ = poison.List(ctx, env.JS, 10)
+		if len(entries) >= 2 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(entries) != 2 {
+		t.Fatalf("poisoned %d, want 2 (the failing event and the garbage)", len(entries))
+	}
+	if !strings.Contains(entries[0].Reason, "always fails") || entries[0].Consumer != "pinger" || entries[0].Sequence != 3 {
+		t.Errorf("first poisoned: %+v", entries[0])
+	}
+	if !strings.Contains(entries[1].Reason, "not an envelope") {
+		t.Errorf("second poisoned: %+v", entries[1])
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if seen[2] != 2 || seen[3] != 3 {
+		t.Errorf("attempts: %v (want 2 for the transient failure, 1+2 retries for the permanent one)", seen)
+	}
+}
+
+// One trace follows an append, the handler it triggers, and the command the
+// handler sends, including the command's reply.
+func TestTraceSpansAppendHandlerAndCommand(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	otel.SetTracerProvider(tp)
+	otel.SetTextMapPropagator(propagation.TraceContext{})
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+
+	env := eventstest.Start(t, registry())
+	srv := command.NewServer(env.Conn, "test", 4, nil)
+	type echoReq struct {
+		N int `json:"n"`
+	}
+	if err := command.Handle(srv, "cmd.test.echo", func(ctx context.Context, r echoReq) (echoReq, error) { return r, nil }); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+
+	var replied atomic.Int64
+	handled := make(chan struct{})
+	startRouter(t, env, func(r *handler.Router) {
+		r.Handle("echoer", events.Filter{}, func(ctx context.Context, e *events.Envelope, p any) error {
+			resp, err := command.Call[echoReq, echoReq](ctx, env.Conn, "cmd.test.echo", echoReq{N: p.(pinged).N})
+			if err != nil {
+				return err
+			}
+			replied.Store(int64(resp.N))
+			close(handled)
+			return nil
+		})
+	})
+
+	ctx, root := otel.Tracer("test").Start(context.Background(), "test request")
+	if _, err := env.Store.Append(ctx, events.AggregateRef{Org: "acme", Type: "machine", ID: "m1"}, 0, events.New(pinged{N: 42})...); err != nil {
+		t.Fatal(err)
+	}
+	root.End()
+	select {
+	case <-handled:
+	case <-time.After(30 * time.Second):
+		t.Fatal("handler did not run")
+	}
+	if replied.Load() != 42 {
+		t.Fatalf("reply %d", replied.Load())
+	}
+	want := map[string]trace.SpanKind{
+		"test request":         trace.SpanKindInternal,
+		"append machine":       trace.SpanKindProducer,
+		"handle test.pinged":   trace.SpanKindConsumer,
+		"call cmd.test.echo":   trace.SpanKindClient,
+		"handle cmd.test.echo": trace.SpanKindServer,
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		spans := rec.Ended()
+		got := map[string]sdktrace.ReadOnlySpan{}
+		for _, s := range spans {
+			got[s.Name()] = s
+		}
+		missing := ""
+		for name := range want {
+			if _, ok := got[name]; !ok {
+				missing = name
+			}
+		}
+		if missing == "" {
+			traceID := root.SpanContext().TraceID()
+			for name, kind := range want {
+				s := got[name]
+				if s.SpanContext().TraceID() != traceID {
+					t.Errorf("span %q is in trace %s, want %s", name, s.SpanContext().TraceID(), traceID)
+				}
+				if s.SpanKind() != kind {
+					t.Errorf("span %q kind %v, want %v", name, s.SpanKind(), kind)
+				}
+			}
+			// parentage: server <- client <- handler <- append <- root
+			parent := func(child, par string) {
+				if got[child].Parent().SpanID() != got[par].SpanContext().SpanID() {
+					t.Errorf("%q is not a child of %q", child, par)
+				}
+			}
+			parent("append machine", "test request")
+			parent("handle test.pinged", "append machine")
+			parent("call cmd.test.echo", "handle test.pinged")
+			parent("handle cmd.test.echo", "call cmd.test.echo")
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("span %q never ended; have %d spans", missing, len(spans))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -1,0 +1,339 @@
+// Package projection keeps read models up to date from the event log.
+//
+// A read model owns its checkpoint: Apply records the event's sequence in the
+// same critical section that changes the model, so the two are stored
+// together and can never disagree. The runner starts its durable consumer at
+// checkpoint+1 and ignores anything at or below the checkpoint, which makes
+// redelivery and duplicates harmless: nothing is lost and nothing is applied
+// twice, whichever line a crash interrupts.
+package projection
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/anvil-fleet/anvil/libs/events"
+	"github.com/anvil-fleet/anvil/libs/events/poison"
+)
+
+// Model is a read model.
+type Model interface {
+	// Apply changes the model by one event and sets its checkpoint to
+	// env.Sequence. payload is the decoded, upcast payload.
+	Apply(env *events.Envelope, payload any) error
+	// Skip sets the checkpoint to seq without changing the model, for an
+	// event the model does not use or that was poisoned.
+	Skip(seq uint64)
+	// Checkpoint is the sequence of the last event applied or skipped.
+	Checkpoint() uint64
+	// Reset empties the model and sets its checkpoint to 0.
+	Reset()
+}
+
+// Config describes one projection.
+type Config struct {
+	Name   string        // stable; names the consumer and the metrics
+	Filter events.Filter // which events the model needs
+	// Instance distinguishes replicas: each replica keeps its own model and
+	// so needs its own consumer.
+	Instance string
+	// AckEvery acknowledges in batches (AckAll), which is what lets a
+	// rebuild keep up with a raw read of the log.
+	AckEvery int
+}
+
+var (
+	lagGauge = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "anvil_projection_lag_events",
+		Help: "Events in the log that the projection has not applied yet.",
+	}, []string{"projection"})
+	checkpointGauge = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "anvil_projection_checkpoint",
+		Help: "Stream sequence of the last event the projection applied.",
+	}, []string{"projection"})
+	appliedCounter = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "anvil_projection_applied_total",
+		Help: "Events applied by the projection.",
+	}, []string{"projection"})
+)
+
+// Runner feeds one model from the log.
+type Runner struct {
+	cfg    Config
+	js     jetstream.JetStream
+	reg    *events.Registry
+	model  Model
+	poison *poison.Queue
+	log    *slog.Logger
+
+	rebuild chan chan error
+
+	mu      sync.Mutex
+	applied *sync.Cond // broadcast whenever the checkpoint moves
+	lag     uint64
+	live    bool // caught up at least once since start or rebuild
+}
+
+// NewRunner returns a runner; call Run to start it.
+func NewRunner(cfg Config, js jetstream.JetStream, reg *events.Registry, model Model, pq *poison.Queue, log *slog.Logger) *Runner {
+	if cfg.AckEvery <= 0 {
+		cfg.AckEvery = 512
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	r := &Runner{cfg: cfg, js: js, reg: reg, model: model, poison: pq, rebuild: make(chan chan error),
+		log: log.With("projection", cfg.Name)}
+	r.applied = sync.NewCond(&r.mu)
+	return r
+}
+
+func (r *Runner) consumerName() string {
+	if r.cfg.Instance == "" {
+		return "proj-" + r.cfg.Name
+	}
+	return "proj-" + r.cfg.Name + "-" + r.cfg.Instance
+}
+
+// Run applies events until ctx ends. It returns ctx's error, or the error
+// that stopped it (the stream vanished, say).
+func (r *Runner) Run(ctx context.Context) error {
+	defer r.applied.Broadcast()
+	for {
+		done := make(chan error, 1)
+		cctx, cancel := context.WithCancel(ctx)
+		go func() { done <- r.consume(cctx) }()
+		select {
+		case err := <-done:
+			cancel()
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if err != nil && !errors.Is(err, errRestart) {
+				r.log.Error("projection stopped; restarting", "err", err)
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(time.Second):
+				}
+			}
+		case reply := <-r.rebuild:
+			cancel()
+			<-done
+			r.model.Reset()
+			r.mu.Lock()
+			r.live = false
+			r.mu.Unlock()
+			r.log.Info("rebuilding from zero")
+			reply <- nil
+		}
+	}
+}
+
+var errRestart = errors.New("restart")
+
+// Rebuild empties the model and replays the log from the start. It returns
+// once the rebuild has begun; WaitLive waits for it to catch up.
+func (r *Runner) Rebuild(ctx context.Context) error {
+	reply := make(chan error, 1)
+	select {
+	case r.rebuild <- reply:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-reply:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (r *Runner) consume(ctx context.Context) error {
+	stream, err := r.js.Stream(ctx, events.StreamName)
+	if err != nil {
+		return fmt.Errorf("projection %s: %w", r.cfg.Name, err)
+	}
+	start := r.model.Checkpoint() + 1
+	name := r.consumerName()
+	// The model's checkpoint is the truth, so the consumer is recreated to
+	// start right after it rather than where an earlier run left off.
+	if err := stream.DeleteConsumer(ctx, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return fmt.Errorf("projection %s: resetting consumer: %w", r.cfg.Name, err)
+	}
+	cons, err := stream.CreateConsumer(ctx, jetstream.ConsumerConfig{
+		Durable:           name,
+		Description:       "projection " + r.cfg.Name,
+		FilterSubject:     events.FilterSubject(r.cfg.Filter.Org, r.cfg.Filter.AggregateType, r.cfg.Filter.AggregateID),
+		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:       start,
+		AckPolicy:         jetstream.AckAllPolicy,
+		AckWait:           time.Minute,
+		MaxAckPending:     r.cfg.AckEvery * 16,
+		InactiveThreshold: time.Hour, // replicas that went away leave no consumer behind
+	})
+	if err != nil {
+		return fmt.Errorf("projection %s: creating consumer: %w", r.cfg.Name, err)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return err
+	}
+	r.setLag(info.NumPending)
+	it, err := cons.Messages(jetstream.PullMaxMessages(r.cfg.AckEvery*4), jetstream.PullHeartbeat(5*time.Second))
+	if err != nil {
+		return err
+	}
+	defer it.Stop()
+	stop := context.AfterFunc(ctx, it.Stop)
+	defer stop()
+
+	sinceAck := 0
+	var last jetstream.Msg
+	for {
+		m, err := it.Next()
+		if err != nil {
+			if last != nil {
+				_ = last.Ack()
+			}
+			if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				return ctx.Err()
+			}
+			return err
+		}
+		meta, err := m.Metadata()
+		if err != nil {
+			return err
+		}
+		r.handle(ctx, m, meta)
+		r.setLag(meta.NumPending)
+		last = m
+		sinceAck++
+		if sinceAck >= r.cfg.AckEvery || meta.NumPending == 0 {
+			if err := m.Ack(); err != nil {
+				r.log.Warn("ack failed; the consumer will redeliver, which the checkpoint makes harmless", "err", err)
+			}
+			sinceAck, last = 0, nil
+			r.notify()
+		}
+	}
+}
+
+// notify wakes WaitFor callers; called per batch, not per event.
+func (r *Runner) notify() {
+	r.mu.Lock()
+	r.applied.Broadcast()
+	r.mu.Unlock()
+}
+
+// handle applies one message. Anything that is not an applicable event goes
+// to the poison queue; the projection carries on.
+func (r *Runner) handle(ctx context.Context, m jetstream.Msg, meta *jetstream.MsgMetadata) {
+	seq := meta.Sequence.Stream
+	if seq <= r.model.Checkpoint() {
+		return // redelivered or duplicate
+	}
+	if t := m.Headers().Get(events.HeaderEventType); t != "" && !r.wants(t) {
+		r.model.Skip(seq)
+		return
+	}
+	env, err := events.DecodeEnvelope(m.Data(), seq)
+	if err == nil && !r.wants(env.Type) {
+		r.model.Skip(seq)
+		return
+	}
+	var payload any
+	if err == nil {
+		payload, err = r.reg.Decode(env)
+	}
+	if err == nil {
+		err = r.model.Apply(env, payload)
+	}
+	if err != nil {
+		r.model.Skip(seq)
+		r.log.Error("event poisoned", "seq", seq, "subject", m.Subject(), "reason", err.Error())
+		if r.poison != nil {
+			if perr := r.poison.Put(ctx, "projection-"+r.cfg.Name, seq, m.Subject(), m.Data(), err.Error()); perr != nil {
+				r.log.Error("poison queue unavailable; the event is skipped and logged only", "seq", seq, "err", perr)
+			}
+		}
+	} else {
+		appliedCounter.WithLabelValues(r.cfg.Name).Inc()
+	}
+}
+
+func (r *Runner) wants(eventType string) bool {
+	if len(r.cfg.Filter.EventTypes) == 0 {
+		return true
+	}
+	for _, t := range r.cfg.Filter.EventTypes {
+		if t == eventType {
+			return true
+		}
+	}
+	return false
+}
+
+func (r *Runner) setLag(n uint64) {
+	lagGauge.WithLabelValues(r.cfg.Name).Set(float64(n))
+	checkpointGauge.WithLabelValues(r.cfg.Name).Set(float64(r.model.Checkpoint()))
+	r.mu.Lock()
+	r.lag = n
+	if n == 0 && !r.live {
+		r.live = true
+		r.applied.Broadcast()
+	}
+	r.mu.Unlock()
+}
+
+// Lag is the number of events not yet applied, as last reported.
+func (r *Runner) Lag() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.lag
+}
+
+// Live reports whether the projection has caught up since it started.
+func (r *Runner) Live() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.live
+}
+
+// WaitFor blocks until the model has applied sequence seq, so that a caller
+// can read its own write. seq must be an event the projection's filter
+// selects (typically the one the caller just appended).
+func (r *Runner) WaitFor(ctx context.Context, seq uint64) error {
+	return r.wait(ctx, func() bool { return r.model.Checkpoint() >= seq })
+}
+
+// WaitLive blocks until the projection has caught up with the log.
+func (r *Runner) WaitLive(ctx context.Context) error {
+	return r.wait(ctx, func() bool { return r.live })
+}
+
+func (r *Runner) wait(ctx context.Context, done func() bool) error {
+	stop := context.AfterFunc(ctx, func() {
+		r.mu.Lock()
+		r.applied.Broadcast()
+		r.mu.Unlock()
+	})
+	defer stop()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for !done() {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		r.applied.Wait()
+	}
+	return nil
+}

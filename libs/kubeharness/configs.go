@@ -1,0 +1,94 @@
+package kubeharness
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+)
+
+// readyAgainStage makes kwok do what a kubelet does when its node comes
+// back: report running pods Ready again. kube-controller-manager marks the
+// pods of a NotReady node unready, and kwok's shipped stages only ever move
+// pods forward from Pending, so without this a node made Ready again by
+// SetNodeReady would keep unready pods for ever.
+const readyAgainStage = `apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: kubeharness-pod-ready-again
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: '.metadata.deletionTimestamp'
+      operator: 'DoesNotExist'
+    - key: '.status.phase'
+      operator: 'In'
+      values: ['Running']
+    - key: '.status.conditions.[] | select( .type == "Ready" ) | .status'
+      operator: 'NotIn'
+      values: ['True']
+  next:
+    patches:
+    - subresource: status
+      root: status
+      type: strategic
+      template: |
+        conditions:
+        - type: Ready
+          status: "True"
+          lastTransitionTime: {{ Now | Quote }}
+        - type: ContainersReady
+          status: "True"
+          lastTransitionTime: {{ Now | Quote }}
+`
+
+// defaultStages caches "kwok default-stages" per binary, since every
+// control plane in a test binary would ask for the same text.
+var defaultStages sync.Map // binary path -> []byte
+
+func kwokDefaultStages(ctx context.Context, kwok string) ([]byte, error) {
+	if b, ok := defaultStages.Load(kwok); ok {
+		return b.([]byte), nil
+	}
+	out, err := exec.CommandContext(ctx, kwok, "default-stages").Output()
+	if err != nil {
+		return nil, fmt.Errorf("%s default-stages (is it built by tools/kubebins?): %w", kwok, err)
+	}
+	defaultStages.Store(kwok, out)
+	return out, nil
+}
+
+// writeComponentConfigs writes the scheduler's configuration and kwok's
+// stages, and returns their paths.
+func (s *starter) writeComponentConfigs(ctx context.Context) (scheduler, kwok string, err error) {
+	scheduler = filepath.Join(s.cp.Dir, "kube-scheduler.yaml")
+	schedulerConfig := `apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+clientConnection:
+  kubeconfig: ` + strconv.Quote(s.cp.KubeconfigPath) + `
+  qps: 200
+  burst: 400
+leaderElection:
+  leaderElect: false
+`
+	if err := os.WriteFile(scheduler, []byte(schedulerConfig), 0o600); err != nil {
+		return "", "", err
+	}
+
+	stages, err := kwokDefaultStages(ctx, filepath.Join(s.binDir, Kwok))
+	if err != nil {
+		return "", "", err
+	}
+	kwok = filepath.Join(s.cp.Dir, "kwok.yaml")
+	config := append(append([]byte{}, stages...), "\n---\n"+readyAgainStage...)
+	if err := os.WriteFile(kwok, config, 0o600); err != nil {
+		return "", "", err
+	}
+	return scheduler, kwok, nil
+}
