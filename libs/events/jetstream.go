@@ -2,15 +2,12 @@ package events
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
@@ -132,13 +129,7 @@ func (s *JetStreamStore) Append(ctx context.Context, ref AggregateRef, expected 
 	subject := ref.Subject()
 	for i := range envs {
 		span.AddEvent(envs[i].Type, trace.WithAttributes(attribute.String("anvil.event_id", envs[i].ID)))
-		body, err := json.Marshal(&envs[i])
-		if err != nil {
-			return envs[:i], err
-		}
-		msg := &nats.Msg{Subject: subject, Data: body, Header: nats.Header{}}
-		msg.Header.Set(HeaderEventType, envs[i].Type)
-		otel.GetTextMapPropagator().Inject(ctx, HeaderCarrier(msg.Header))
+		msg := EncodeMsg(&envs[i])
 		opts := []jetstream.PublishOpt{jetstream.WithMsgID(envs[i].ID), jetstream.WithExpectStream(StreamName)}
 		if expected != Any {
 			opts = append(opts, jetstream.WithExpectLastSequencePerSubject(expected))
@@ -211,7 +202,10 @@ func (s *JetStreamStore) Load(ctx context.Context, ref AggregateRef) ([]Envelope
 const clockSkew = time.Minute
 
 func (s *JetStreamStore) Replay(ctx context.Context, f Filter, from, to Position, fn func(*Envelope) error) error {
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{f.subject()}, DeliverPolicy: jetstream.DeliverAllPolicy}
+	cfg := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy}
+	if subj := f.ConsumerSubject(); subj != "" {
+		cfg.FilterSubjects = []string{subj}
+	}
 	switch {
 	case from.Seq > 0:
 		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from.Seq
@@ -227,7 +221,7 @@ func (s *JetStreamStore) Replay(ctx context.Context, f Filter, from, to Position
 		if len(f.EventTypes) > 0 && !f.matchType(m.Headers().Get(HeaderEventType)) {
 			return false, nil
 		}
-		env, err := DecodeEnvelope(m.Data(), meta.Sequence.Stream)
+		env, err := DecodeMsg(m.Subject(), m.Headers(), m.Data(), meta.Sequence.Stream)
 		if err != nil {
 			return false, err
 		}
@@ -285,19 +279,6 @@ func (s *JetStreamStore) Head(ctx context.Context) (uint64, error) {
 		return 0, err
 	}
 	return info.State.LastSeq, nil
-}
-
-// DecodeEnvelope parses a stored message body.
-func DecodeEnvelope(data []byte, seq uint64) (*Envelope, error) {
-	env := &Envelope{}
-	if err := json.Unmarshal(data, env); err != nil {
-		return nil, fmt.Errorf("events: message %d is not an envelope: %w", seq, err)
-	}
-	if env.Type == "" || env.ID == "" {
-		return nil, fmt.Errorf("events: message %d is not an envelope: missing id or type", seq)
-	}
-	env.Sequence = seq
-	return env, nil
 }
 
 func endSpan(span trace.Span, err error) {

@@ -59,7 +59,15 @@ type Filter struct {
 	EventTypes    []string
 }
 
-func (f Filter) subject() string { return FilterSubject(f.Org, f.AggregateType, f.AggregateID) }
+// ConsumerSubject is the subject filter for a consumer of f, or "" for the
+// whole stream: an all-wildcard filter makes the server match every
+// message's subject, which costs more than reading them all.
+func (f Filter) ConsumerSubject() string {
+	if f.Org == "" && f.AggregateType == "" && f.AggregateID == "" {
+		return ""
+	}
+	return FilterSubject(f.Org, f.AggregateType, f.AggregateID)
+}
 
 func (f Filter) matchType(t string) bool {
 	if len(f.EventTypes) == 0 {

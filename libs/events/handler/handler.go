@@ -16,12 +16,14 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -126,7 +128,7 @@ func (r *Router) Handle(name string, filter events.Filter, fn Func) {
 	r.sub.add(name, jetstream.ConsumerConfig{
 		Durable:       "handler-" + name,
 		Description:   "handler " + name,
-		FilterSubject: events.FilterSubject(filter.Org, filter.AggregateType, filter.AggregateID),
+		FilterSubject: filter.ConsumerSubject(),
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       r.sub.ackWait,
@@ -162,7 +164,7 @@ func (r *Router) wrap(name string, filter events.Filter, fn Func) message.NoPubl
 			return nil
 		}
 		seq, _ := strconv.ParseUint(msg.Metadata.Get(metaSequence), 10, 64)
-		env, err := events.DecodeEnvelope(msg.Payload, seq)
+		env, err := events.DecodeMsg(msg.Metadata.Get(metaSubject), headerOf(msg.Metadata), msg.Payload, seq)
 		if err != nil {
 			return Permanent(err)
 		}
@@ -191,6 +193,19 @@ func (r *Router) wrap(name string, filter events.Filter, fn Func) message.NoPubl
 		}
 		return nil
 	}
+}
+
+// headerPrefix keeps NATS headers apart from watermill's own metadata.
+const headerPrefix = "nats_"
+
+func headerOf(md message.Metadata) nats.Header {
+	h := nats.Header{}
+	for k, v := range md {
+		if strings.HasPrefix(k, headerPrefix) {
+			h[k[len(headerPrefix):]] = []string{v}
+		}
+	}
+	return h
 }
 
 // subscriber is the watermill Subscriber over durable JetStream consumers;
@@ -244,6 +259,11 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 			wm := message.NewMessage(strconv.FormatUint(meta.Sequence.Stream, 10), m.Data())
 			wm.Metadata.Set(metaSequence, strconv.FormatUint(meta.Sequence.Stream, 10))
 			wm.Metadata.Set(metaSubject, m.Subject())
+			for k, v := range m.Headers() {
+				if len(v) > 0 {
+					wm.Metadata.Set(headerPrefix+k, v[0])
+				}
+			}
 			wm.Metadata.Set(metaType, m.Headers().Get(events.HeaderEventType))
 			wm.SetContext(ctx)
 			select {

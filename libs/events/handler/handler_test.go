@@ -106,7 +106,7 @@ func TestHandlerRetriesThenPoisons(t *testing.T) {
 	if !strings.Contains(entries[0].Reason, "always fails") || entries[0].Consumer != "pinger" || entries[0].Sequence != 3 {
 		t.Errorf("first poisoned: %+v", entries[0])
 	}
-	if !strings.Contains(entries[1].Reason, "not an envelope") {
+	if !strings.Contains(entries[1].Reason, "not an event") {
 		t.Errorf("second poisoned: %+v", entries[1])
 	}
 	mu.Lock()

@@ -172,7 +172,7 @@ func (r *Runner) consume(ctx context.Context) error {
 	cons, err := stream.CreateConsumer(ctx, jetstream.ConsumerConfig{
 		Durable:           name,
 		Description:       "projection " + r.cfg.Name,
-		FilterSubject:     events.FilterSubject(r.cfg.Filter.Org, r.cfg.Filter.AggregateType, r.cfg.Filter.AggregateID),
+		FilterSubject:     r.cfg.Filter.ConsumerSubject(),
 		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
 		OptStartSeq:       start,
 		AckPolicy:         jetstream.AckAllPolicy,
@@ -245,7 +245,7 @@ func (r *Runner) handle(ctx context.Context, m jetstream.Msg, meta *jetstream.Ms
 		r.model.Skip(seq)
 		return
 	}
-	env, err := events.DecodeEnvelope(m.Data(), seq)
+	env, err := events.DecodeMsg(m.Subject(), m.Headers(), m.Data(), seq)
 	if err == nil && !r.wants(env.Type) {
 		r.model.Skip(seq)
 		return

@@ -245,13 +245,17 @@ func TestBadEventsArePoisonedAndDoNotStopTheProjection(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Three bad messages: not JSON, an unknown type, a payload of the wrong shape.
-	bad := []string{
-		`not json`,
-		`{"id":"x1","type":"test.unheard_of","v":1,"org":"acme","agg_type":"machine","agg_id":"m1","payload":{}}`,
-		`{"id":"x2","type":"test.added","v":1,"org":"acme","agg_type":"machine","agg_id":"m1","payload":{"n":"seven"}}`,
+	good := events.Envelope{ID: "x", Type: "test.added", SchemaVersion: 1, Org: "acme", AggregateType: "machine", AggregateID: "m1", Time: time.Now()}
+	unknown, wrongShape := good, good
+	unknown.ID, unknown.Type, unknown.Payload = "x1", "test.unheard_of", []byte(`{}`)
+	wrongShape.ID, wrongShape.Payload = "x2", []byte(`{"n":"seven"}`)
+	bad := []*nats.Msg{
+		{Subject: ref.Subject(), Data: []byte(`not an event at all`)},
+		events.EncodeMsg(&unknown),
+		events.EncodeMsg(&wrongShape),
 	}
-	for _, b := range bad {
-		if _, err := env.JS.PublishMsg(ctx, &nats.Msg{Subject: ref.Subject(), Data: []byte(b)}); err != nil {
+	for _, m := range bad {
+		if _, err := env.JS.PublishMsg(ctx, m); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -276,7 +280,7 @@ func TestBadEventsArePoisonedAndDoNotStopTheProjection(t *testing.T) {
 	if len(entries) != 4 {
 		t.Fatalf("%d poisoned, want 4: %+v", len(entries), entries)
 	}
-	for i, want := range []string{"not an envelope", "unknown event type", "does not decode", "label must not be empty"} {
+	for i, want := range []string{"not an event", "unknown event type", "does not decode", "label must not be empty"} {
 		if !strings.Contains(entries[i].Reason, want) || entries[i].Consumer != "projection-sums" || entries[i].Sequence == 0 {
 			t.Errorf("entry %d = %+v, want reason containing %q", i, entries[i], want)
 		}

@@ -69,5 +69,7 @@ func (h TraceHandler) Handle(ctx context.Context, r slog.Record) error {
 	return h.Handler.Handle(ctx, r)
 }
 
-func (h TraceHandler) WithAttrs(a []slog.Attr) slog.Handler { return TraceHandler{h.Handler.WithAttrs(a)} }
-func (h TraceHandler) WithGroup(n string) slog.Handler      { return TraceHandler{h.Handler.WithGroup(n)} }
+func (h TraceHandler) WithAttrs(a []slog.Attr) slog.Handler {
+	return TraceHandler{h.Handler.WithAttrs(a)}
+}
+func (h TraceHandler) WithGroup(n string) slog.Handler { return TraceHandler{h.Handler.WithGroup(n)} }

@@ -1,0 +1,65 @@
+// Command anvil-dev runs the whole control plane on one machine with an
+// embedded JetStream: what `make run` starts. See docs/operations.md.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/anvil-fleet/anvil/devstack"
+	"github.com/anvil-fleet/anvil/libs/events/svc"
+	"github.com/anvil-fleet/anvil/libs/events/telemetry"
+)
+
+func main() {
+	var cfg devstack.Config
+	var logLevel, logFormat string
+	flag.StringVar(&cfg.DataDir, "data-dir", svc.Env("ANVIL_DATA_DIR", ".anvil"), "where JetStream keeps the event log (env ANVIL_DATA_DIR)")
+	flag.StringVar(&cfg.GatewayAddr, "gateway-addr", svc.Env("ANVIL_GATEWAY_ADDR", "127.0.0.1:8080"), "gateway HTTP API listen address (env ANVIL_GATEWAY_ADDR)")
+	flag.StringVar(&cfg.BootAddr, "boot-addr", svc.Env("ANVIL_BOOT_ADDR", "127.0.0.1:8081"), "boot service listen address for machines (env ANVIL_BOOT_ADDR)")
+	flag.StringVar(&cfg.NATSAddr, "nats-addr", svc.Env("ANVIL_DEV_NATS_ADDR", ""), "also accept external NATS clients here, e.g. 127.0.0.1:4222 (env ANVIL_DEV_NATS_ADDR)")
+	flag.StringVar(&logLevel, "log-level", svc.Env("ANVIL_LOG_LEVEL", "info"), "debug, info, warn or error (env ANVIL_LOG_LEVEL)")
+	flag.StringVar(&logFormat, "log-format", svc.Env("ANVIL_LOG_FORMAT", "text"), "json or text (env ANVIL_LOG_FORMAT)")
+	flag.Parse()
+	cfg.AdminToken = os.Getenv("ANVIL_ADMIN_TOKEN")
+	cfg.Logger = telemetry.NewLogger("anvil-dev", logLevel, logFormat)
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	shutdown, err := telemetry.SetupTracing(ctx, "anvil-dev")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "tracing:", err)
+		os.Exit(1)
+	}
+	defer shutdown(context.Background())
+
+	st, err := devstack.Start(ctx, cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "anvil-dev:", err)
+		os.Exit(1)
+	}
+	fmt.Printf("\nanvil dev stack is up (data in %s)\n  gateway: http://%s\n  boot:    http://%s  (iPXE chain URL: http://%s/boot.ipxe?token=<enrollment token>)\n",
+		cfg.DataDir, cfg.GatewayAddr, cfg.BootAddr, cfg.BootAddr)
+	if url := st.NATS.ClientURL(); url != "" {
+		fmt.Printf("  nats:    %s\n", url)
+	}
+	switch {
+	case st.AdminToken != "":
+		fmt.Printf("\nbootstrap admin token (shown once; only its hash is kept in %s):\n  %s\n", cfg.DataDir, st.AdminToken)
+	case cfg.AdminToken != "":
+		fmt.Println("\nbootstrap admin token: from ANVIL_ADMIN_TOKEN")
+	default:
+		fmt.Printf("\nbootstrap admin token: generated on an earlier start (delete %s/admin-token.sha256 to make a new one)\n", cfg.DataDir)
+	}
+	fmt.Println("\nCtrl-C stops it; the next start continues on the same data.")
+	<-ctx.Done()
+	fmt.Println("\nstopping…")
+	if err := st.Stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "anvil-dev:", err)
+		os.Exit(1)
+	}
+}

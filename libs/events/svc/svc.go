@@ -1,0 +1,247 @@
+// Package svc is the runtime every anvil service shares: configuration from
+// flags and environment variables, logging, tracing, the NATS connection and
+// event store, and the health, readiness and metrics endpoints.
+package svc
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/anvil-fleet/anvil/libs/events"
+	"github.com/anvil-fleet/anvil/libs/events/poison"
+	"github.com/anvil-fleet/anvil/libs/events/telemetry"
+)
+
+// Config is what every service is told at start.
+type Config struct {
+	Service        string
+	NATSURL        string // --nats-url / ANVIL_NATS_URL
+	NATSCreds      string // --nats-creds / ANVIL_NATS_CREDS: a .creds file
+	NATSUser       string // --nats-user / ANVIL_NATS_USER
+	NATSPassword   string // ANVIL_NATS_PASSWORD only: a secret stays out of ps
+	StreamReplicas int    // --stream-replicas / ANVIL_STREAM_REPLICAS
+	AdminAddr      string // --admin-addr / ANVIL_<SERVICE>_ADMIN_ADDR: health, readiness, metrics
+	LogLevel       string // --log-level / ANVIL_LOG_LEVEL
+	LogFormat      string // --log-format / ANVIL_LOG_FORMAT: json or text
+}
+
+// Env returns the environment variable's value, or def.
+func Env(name, def string) string {
+	if v, ok := os.LookupEnv(name); ok {
+		return v
+	}
+	return def
+}
+
+// EnvInt is Env for integers; a malformed value is reported at start.
+func EnvInt(name string, def int) int {
+	v, ok := os.LookupEnv(name)
+	if !ok {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s=%q is not an integer; using %d\n", name, v, def)
+		return def
+	}
+	return n
+}
+
+// RegisterFlags binds the shared flags, each defaulting to its environment
+// variable. adminAddr is the service's default admin listener.
+func (c *Config) RegisterFlags(fs *flag.FlagSet, service, adminAddr string) {
+	c.Service = service
+	fs.StringVar(&c.NATSURL, "nats-url", Env("ANVIL_NATS_URL", nats.DefaultURL), "NATS server URL(s), comma-separated (env ANVIL_NATS_URL)")
+	fs.StringVar(&c.NATSCreds, "nats-creds", Env("ANVIL_NATS_CREDS", ""), "NATS credentials file (env ANVIL_NATS_CREDS)")
+	fs.StringVar(&c.NATSUser, "nats-user", Env("ANVIL_NATS_USER", ""), "NATS user; the password comes from env ANVIL_NATS_PASSWORD (env ANVIL_NATS_USER)")
+	c.NATSPassword = os.Getenv("ANVIL_NATS_PASSWORD")
+	fs.IntVar(&c.StreamReplicas, "stream-replicas", EnvInt("ANVIL_STREAM_REPLICAS", 1), "replicas of the EVENTS stream when this service creates it (env ANVIL_STREAM_REPLICAS)")
+	envAdmin := "ANVIL_" + upper(service) + "_ADMIN_ADDR"
+	fs.StringVar(&c.AdminAddr, "admin-addr", Env(envAdmin, adminAddr), "listen address for /healthz, /readyz and /metrics; empty disables (env "+envAdmin+")")
+	fs.StringVar(&c.LogLevel, "log-level", Env("ANVIL_LOG_LEVEL", "info"), "debug, info, warn or error (env ANVIL_LOG_LEVEL)")
+	fs.StringVar(&c.LogFormat, "log-format", Env("ANVIL_LOG_FORMAT", "json"), "json or text (env ANVIL_LOG_FORMAT)")
+}
+
+func upper(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if c >= 'a' && c <= 'z' {
+			b[i] = c - 32
+		}
+	}
+	return string(b)
+}
+
+// Runtime is a started service's shared machinery.
+type Runtime struct {
+	Config   Config
+	Log      *slog.Logger
+	Conn     *nats.Conn
+	JS       jetstream.JetStream
+	Store    *events.JetStreamStore
+	Poison   *poison.Queue
+	Registry *events.Registry
+	Health   *Health
+
+	closers []func(context.Context) error
+}
+
+// Options adjust Start for the in-process dev stack and tests.
+type Options struct {
+	Conn   *nats.Conn   // an existing connection (in-process); otherwise dial NATSURL
+	Logger *slog.Logger // otherwise built from the config
+}
+
+// Start connects to NATS, ensures the streams, and opens the store.
+func Start(ctx context.Context, cfg Config, reg *events.Registry, o Options) (*Runtime, error) {
+	rt := &Runtime{Config: cfg, Registry: reg, Log: o.Logger, Health: NewHealth()}
+	if rt.Log == nil {
+		rt.Log = telemetry.NewLogger(cfg.Service, cfg.LogLevel, cfg.LogFormat)
+	}
+	nc := o.Conn
+	if nc == nil {
+		opts := []nats.Option{
+			nats.Name("anvil-" + cfg.Service),
+			nats.MaxReconnects(-1),
+			nats.ReconnectWait(time.Second),
+			nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { rt.Log.Warn("NATS disconnected", "err", err) }),
+			nats.ReconnectHandler(func(c *nats.Conn) { rt.Log.Info("NATS reconnected", "url", c.ConnectedUrlRedacted()) }),
+		}
+		if cfg.NATSCreds != "" {
+			opts = append(opts, nats.UserCredentials(cfg.NATSCreds))
+		}
+		if cfg.NATSUser != "" {
+			opts = append(opts, nats.UserInfo(cfg.NATSUser, cfg.NATSPassword))
+		}
+		var err error
+		if nc, err = nats.Connect(cfg.NATSURL, opts...); err != nil {
+			return nil, fmt.Errorf("%s: connecting to NATS at %s: %w", cfg.Service, cfg.NATSURL, err)
+		}
+		rt.closers = append(rt.closers, func(context.Context) error { return nc.Drain() })
+	}
+	rt.Conn = nc
+	rt.Health.Add("nats", func(context.Context) error {
+		if !nc.IsConnected() {
+			return errors.New("not connected to NATS")
+		}
+		return nil
+	})
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	rt.JS = js
+	if rt.Store, err = events.NewJetStreamStore(ctx, js, reg, events.StreamOptions{Replicas: cfg.StreamReplicas}); err != nil {
+		return nil, err
+	}
+	if err := poison.EnsureStream(ctx, js, cfg.StreamReplicas); err != nil {
+		return nil, err
+	}
+	rt.Poison = poison.New(js)
+	if cfg.AdminAddr != "" {
+		srv, err := Serve(cfg.AdminAddr, rt.Health.Mux(nil), rt.Log)
+		if err != nil {
+			return nil, err
+		}
+		rt.closers = append(rt.closers, srv.Shutdown)
+	}
+	return rt, nil
+}
+
+// OnClose registers fn to run at Close, in reverse order.
+func (rt *Runtime) OnClose(fn func(context.Context) error) { rt.closers = append(rt.closers, fn) }
+
+// Close releases everything Start and OnClose set up.
+func (rt *Runtime) Close(ctx context.Context) {
+	for i := len(rt.closers) - 1; i >= 0; i-- {
+		if err := rt.closers[i](ctx); err != nil {
+			rt.Log.Warn("close", "err", err)
+		}
+	}
+}
+
+// Serve listens on addr and serves h until Shutdown.
+func Serve(addr string, h http.Handler, log *slog.Logger) (*http.Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listening on %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("http server stopped", "addr", addr, "err", err)
+		}
+	}()
+	log.Info("listening", "addr", ln.Addr().String())
+	return srv, nil
+}
+
+// Health holds named readiness checks.
+type Health struct {
+	mu     sync.RWMutex
+	checks map[string]func(context.Context) error
+}
+
+// NewHealth returns an empty set of checks.
+func NewHealth() *Health { return &Health{checks: map[string]func(context.Context) error{}} }
+
+// Add registers a readiness check.
+func (h *Health) Add(name string, check func(context.Context) error) {
+	h.mu.Lock()
+	h.checks[name] = check
+	h.mu.Unlock()
+}
+
+// Ready runs every check and returns the failures by name.
+func (h *Health) Ready(ctx context.Context) map[string]string {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	failed := map[string]string{}
+	for name, c := range h.checks {
+		if err := c(ctx); err != nil {
+			failed[name] = err.Error()
+		}
+	}
+	return failed
+}
+
+// Mux returns a mux with /healthz, /readyz and /metrics added to mux (or to
+// a new one when mux is nil).
+func (h *Health) Mux(mux *http.ServeMux) *http.ServeMux {
+	if mux == nil {
+		mux = http.NewServeMux()
+	}
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		failed := h.Ready(ctx)
+		w.Header().Set("Content-Type", "text/plain")
+		if len(failed) > 0 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			for name, why := range failed {
+				fmt.Fprintf(w, "%s: %s\n", name, why)
+			}
+			return
+		}
+		_, _ = w.Write([]byte("ready\n"))
+	})
+	mux.Handle("GET /metrics", promhttp.Handler())
+	return mux
+}

@@ -1,0 +1,36 @@
+// Command anvil-gateway runs the gateway service; see docs/operations.md for its
+// flags and environment variables.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/anvil-fleet/anvil/libs/events/svc"
+	"github.com/anvil-fleet/anvil/libs/events/telemetry"
+	"github.com/anvil-fleet/anvil/services/gateway/service"
+)
+
+func main() {
+	var cfg service.Config
+	fs := flag.NewFlagSet("anvil-gateway", flag.ExitOnError)
+	cfg.RegisterFlags(fs)
+	_ = fs.Parse(os.Args[1:])
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	shutdown, err := telemetry.SetupTracing(ctx, "anvil-gateway")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "tracing:", err)
+		os.Exit(1)
+	}
+	defer shutdown(context.Background())
+	if err := service.Run(ctx, cfg, svc.Options{}); err != nil {
+		fmt.Fprintln(os.Stderr, "anvil-gateway:", err)
+		os.Exit(1)
+	}
+}
