@@ -146,6 +146,16 @@ func (cp *ControlPlane) Stop() error {
 	return cp.stopErr
 }
 
+// PIDs returns each component's process id, which is also its process
+// group id.
+func (cp *ControlPlane) PIDs() map[string]int {
+	pids := make(map[string]int, len(cp.procs))
+	for _, p := range cp.procs {
+		pids[p.name] = p.cmd.Process.Pid
+	}
+	return pids
+}
+
 // LogTails returns the last lines of every component's log, for failure
 // reports.
 func (cp *ControlPlane) LogTails(lines int) string {
