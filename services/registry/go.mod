@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/anvil-fleet/anvil/libs/events v0.0.0
+	github.com/google/btree v1.1.3
 	k8s.io/apimachinery v0.37.2
 )
 
@@ -14,7 +15,6 @@ require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
-	github.com/google/btree v1.1.3 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.30.0 // indirect
 	github.com/klauspost/compress v1.20.3 // indirect

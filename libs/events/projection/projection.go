@@ -96,6 +96,9 @@ func NewRunner(cfg Config, js jetstream.JetStream, reg *events.Registry, model M
 	return r
 }
 
+// Name is the projection's name.
+func (r *Runner) Name() string { return r.cfg.Name }
+
 func (r *Runner) consumerName() string {
 	if r.cfg.Instance == "" {
 		return "proj-" + r.cfg.Name

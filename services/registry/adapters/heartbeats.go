@@ -1,0 +1,77 @@
+package adapters
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// HeartbeatBucket holds each machine's last heartbeat: a value per machine
+// that is overwritten, so heartbeats never grow the event log.
+const HeartbeatBucket = "anvil_heartbeats"
+
+// Heartbeats stores last-seen times in a JetStream KV bucket.
+type Heartbeats struct {
+	kv jetstream.KeyValue
+}
+
+// NewHeartbeats ensures the bucket.
+func NewHeartbeats(ctx context.Context, js jetstream.JetStream, replicas int) (*Heartbeats, error) {
+	if replicas == 0 {
+		replicas = 1
+	}
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      HeartbeatBucket,
+		Description: "last agent heartbeat per machine (<org>.<uuid>)",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    replicas,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("heartbeat bucket: %w", err)
+	}
+	return &Heartbeats{kv: kv}, nil
+}
+
+func key(org, uuid string) string { return org + "." + uuid }
+
+// Record stores t as the machine's last heartbeat.
+func (h *Heartbeats) Record(ctx context.Context, org, uuid string, t time.Time) error {
+	_, err := h.kv.PutString(ctx, key(org, uuid), t.UTC().Format(time.RFC3339Nano))
+	return err
+}
+
+// Watch calls fn for every stored heartbeat and then every new one, until
+// ctx ends, so every replica's read model knows when each machine was seen.
+func (h *Heartbeats) Watch(ctx context.Context, log *slog.Logger, fn func(org, uuid string, t time.Time)) error {
+	w, err := h.kv.WatchAll(ctx)
+	if err != nil {
+		return err
+	}
+	defer w.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case e, ok := <-w.Updates():
+			if !ok {
+				return errors.New("heartbeat watch closed")
+			}
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				continue // nil marks the end of the initial values
+			}
+			org, uuid, ok := strings.Cut(e.Key(), ".")
+			t, err := time.Parse(time.RFC3339Nano, string(e.Value()))
+			if !ok || err != nil {
+				log.Warn("ignoring malformed heartbeat entry", "key", e.Key())
+				continue
+			}
+			fn(org, uuid, t)
+		}
+	}
+}

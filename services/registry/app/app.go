@@ -1,0 +1,148 @@
+// Package app holds the registry's command and query handlers, one per file.
+// They depend on narrow interfaces, not on NATS.
+package app
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strconv"
+	"time"
+
+	"github.com/anvil-fleet/anvil/libs/events"
+	"github.com/anvil-fleet/anvil/libs/events/errs"
+	"github.com/anvil-fleet/anvil/services/registry/adapters"
+	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
+	"github.com/anvil-fleet/anvil/services/registry/domain/org"
+	"github.com/anvil-fleet/anvil/services/registry/readmodel"
+)
+
+// Machines reads the machine projection.
+type Machines interface {
+	Model() *readmodel.Model
+}
+
+// Orgs reads the organization projection.
+type Orgs interface {
+	Get(id string) (adapters.OrgView, error)
+	List() []adapters.OrgView
+	ByToken(tokenID string) (adapters.OrgView, bool)
+}
+
+// Heartbeats stores last-seen times.
+type Heartbeats interface {
+	Record(ctx context.Context, org, uuid string, t time.Time) error
+}
+
+// App is the registry's application layer.
+type App struct {
+	Store      events.Store
+	Machines   Machines
+	Orgs       Orgs
+	Heartbeats Heartbeats
+	Now        func() time.Time
+	Rand       io.Reader // token secrets
+	// OfflineAfter is the heartbeat silence after which a machine goes offline.
+	OfflineAfter time.Duration
+}
+
+const (
+	machineType = "machine"
+	orgType     = "org"
+	// maxAttempts bounds re-deciding after losing an optimistic-concurrency race.
+	maxAttempts = 8
+)
+
+// decideAndAppend loads an aggregate, decides, and appends, re-deciding on a
+// lost race unless the caller pinned the version it expects.
+// It returns the state after the appended events.
+//
+// cached, when not nil, offers the projection's copy of the state and its
+// version as the starting point, which saves reading the log; a stale copy
+// only costs a conflict, after which the log is read.
+func decideAndAppend[S any](ctx context.Context, store events.Store, ref events.AggregateRef, expected uint64,
+	cached func() (S, uint64), fold func(envs []events.Envelope) (S, error), decide func(S) ([]any, error), evolve func(S, []any) S) (S, []events.Envelope, uint64, error) {
+	var zero S
+	for attempt := 0; ; attempt++ {
+		var state S
+		var version uint64
+		if attempt == 0 && cached != nil {
+			state, version = cached()
+		} else {
+			envs, err := store.Load(ctx, ref)
+			if err != nil {
+				return zero, nil, 0, err
+			}
+			version = events.Version(envs)
+			if state, err = fold(envs); err != nil {
+				return zero, nil, version, err
+			}
+		}
+		if expected != 0 && expected != version {
+			if attempt == 0 && cached != nil {
+				continue // the projection may lag: ask the log
+			}
+			return zero, nil, version, errs.Precondition("%s is at version %d, not %d", ref.Type, version, expected)
+		}
+		evs, err := decide(state)
+		if err != nil || len(evs) == 0 {
+			return state, nil, version, err
+		}
+		drafts := make([]events.Draft, len(evs))
+		for i, e := range evs {
+			p, ok := e.(events.Payload)
+			if !ok {
+				return zero, nil, version, errs.Internal("event %T has no EventType", e)
+			}
+			drafts[i] = events.Draft{Payload: p}
+		}
+		stored, err := store.Append(ctx, ref, version, drafts...)
+		var conflict *events.ConflictError
+		if errors.As(err, &conflict) && (expected == 0 || attempt == 0 && cached != nil) && attempt+1 < maxAttempts {
+			continue
+		}
+		if err != nil {
+			return zero, nil, version, err
+		}
+		return evolve(state, evs), stored, events.Version(stored), nil
+	}
+}
+
+// ParseAt reads an "as of" position: a stream sequence or an RFC 3339 time.
+func ParseAt(at string) (events.Position, error) {
+	if n, err := strconv.ParseUint(at, 10, 64); err == nil && n > 0 {
+		return events.AtSeq(n), nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, at)
+	if err != nil {
+		return events.Position{}, errs.Invalid("at", "must be a stream sequence (a positive integer) or an RFC 3339 time, not %q", at)
+	}
+	return events.AtTime(t), nil
+}
+
+// Registry is every payload type the registry reads.
+func Registry() *events.Registry { return registry }
+
+var registry = func() *events.Registry {
+	r := events.NewRegistry()
+	r.RegisterAll(machine.EventTypes())
+	r.RegisterAll(org.EventTypes())
+	return r
+}()
+
+// validOrg checks an organization ID given in a request's "org" field.
+func validOrg(f *errs.Fields, id string) {
+	if err := org.ValidateID(id); err != nil {
+		for _, fe := range errs.As(err).Fields {
+			f.Add("org", "%s", fe.Reason)
+		}
+	}
+}
+
+func types(envs []events.Envelope) []string {
+	out := make([]string, len(envs))
+	for i, e := range envs {
+		out[i] = e.Type
+	}
+	return out
+}

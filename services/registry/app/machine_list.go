@@ -1,0 +1,34 @@
+package app
+
+import (
+	"context"
+
+	"github.com/anvil-fleet/anvil/libs/events/errs"
+	"github.com/anvil-fleet/anvil/services/registry/api"
+	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
+	"github.com/anvil-fleet/anvil/services/registry/readmodel"
+)
+
+// ListMachines returns one page of an organization's machines.
+func (a *App) ListMachines(_ context.Context, r api.MachineList) (api.MachinePage, error) {
+	var f errs.Fields
+	validOrg(&f, r.Org)
+	if err := f.Err(); err != nil {
+		return api.MachinePage{}, err
+	}
+	page, err := a.Machines.Model().List(r.Org, readmodel.Filter{
+		Pool: r.Pool, Status: machine.Status(r.Status), Selector: r.Selector, Cursor: r.Cursor, Limit: r.Limit,
+	})
+	if err != nil {
+		return api.MachinePage{}, err
+	}
+	out := api.MachinePage{Items: make([]api.Machine, len(page.Items)), Next: page.Next}
+	for i, m := range page.Items {
+		out.Items[i] = view(m)
+	}
+	return out, nil
+}
+
+func view(m readmodel.Machine) api.Machine {
+	return api.Machine{Org: m.Org, State: m.State, CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt, LastSeen: m.LastSeen}
+}

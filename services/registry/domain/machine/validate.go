@@ -1,0 +1,194 @@
+package machine
+
+import (
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/anvil-fleet/anvil/libs/events/errs"
+	"k8s.io/apimachinery/pkg/api/validate/content"
+)
+
+// Limits that keep one machine's record small and bounded.
+const (
+	MaxLabels      = 64
+	MaxHostnameLen = 64 // Linux HOST_NAME_MAX; the hostname becomes the node name
+	MaxReasonLen   = 1024
+	MaxDisks       = 256
+	MaxNICs        = 256
+)
+
+// ValidateHostname checks an RFC 1123 hostname that is also a valid
+// Kubernetes node name: lowercase, dot-separated labels of letters, digits
+// and '-', each at most 63 characters, at most 64 in all.
+func ValidateHostname(h string) error {
+	var f errs.Fields
+	validateHostname(&f, "hostname", h)
+	return f.Err()
+}
+
+func validateHostname(f *errs.Fields, field, h string) {
+	if h == "" {
+		f.Add(field, "is required")
+		return
+	}
+	if len(h) > MaxHostnameLen {
+		f.Add(field, "must be at most %d characters, got %d", MaxHostnameLen, len(h))
+		return
+	}
+	for i, label := range strings.Split(h, ".") {
+		if reason := dnsLabelProblem(label); reason != "" {
+			f.Add(field, "label %d (%q) %s", i+1, label, reason)
+			return
+		}
+	}
+}
+
+// dnsLabelProblem returns why s is not a lowercase RFC 1123 label, or "".
+func dnsLabelProblem(s string) string {
+	if s == "" {
+		return "is empty"
+	}
+	if len(s) > 63 {
+		return "is longer than 63 characters"
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 'a' && c <= 'z' || c >= '0' && c <= '9' {
+			continue
+		}
+		if c == '-' && i > 0 && i < len(s)-1 {
+			continue
+		}
+		if c >= 'A' && c <= 'Z' {
+			return "must be lowercase"
+		}
+		return "must consist of lowercase letters, digits and '-', and start and end with a letter or digit"
+	}
+	return ""
+}
+
+// ValidatePool checks a pool name: a DNS label, like every anvil resource
+// name that appears in subjects and node labels.
+func ValidatePool(p string) error {
+	var f errs.Fields
+	validatePool(&f, "pool", p)
+	return f.Err()
+}
+
+func validatePool(f *errs.Fields, field, p string) {
+	if p == "" {
+		f.Add(field, "is required")
+		return
+	}
+	if reason := dnsLabelProblem(p); reason != "" {
+		f.Add(field, "%s", reason)
+	}
+}
+
+// ValidateLabels checks labels against Kubernetes' label key and value rules,
+// naming each offending entry as labels["key"].
+func ValidateLabels(labels map[string]string) error {
+	var f errs.Fields
+	validateLabels(&f, "labels", labels)
+	return f.Err()
+}
+
+func validateLabels(f *errs.Fields, field string, labels map[string]string) {
+	if len(labels) > MaxLabels {
+		f.Add(field, "must have at most %d labels, got %d", MaxLabels, len(labels))
+		return
+	}
+	keys := make([]string, 0, len(labels))
+	for k := range labels {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys) // report in a stable order
+	for _, k := range keys {
+		name := field + "[" + strconv.Quote(k) + "]"
+		if problems := content.IsLabelKey(k); len(problems) > 0 {
+			f.Add(name, "key: %s", strings.Join(problems, "; "))
+		}
+		if problems := content.IsLabelValue(labels[k]); len(problems) > 0 {
+			f.Add(name, "value: %s", strings.Join(problems, "; "))
+		}
+	}
+}
+
+// normalizeMAC returns a 48-bit MAC in lowercase colon form.
+func normalizeMAC(s string) (string, error) {
+	hw, err := net.ParseMAC(s)
+	if err != nil {
+		return "", fmt.Errorf("must be a MAC address such as 52:54:00:12:34:56")
+	}
+	if len(hw) != 6 {
+		return "", fmt.Errorf("must be a 48-bit MAC address, got %d bits", 8*len(hw))
+	}
+	if string(hw) == "\x00\x00\x00\x00\x00\x00" {
+		return "", fmt.Errorf("must not be all zeros")
+	}
+	return hw.String(), nil
+}
+
+func validateText(f *errs.Fields, field, v string, required bool, max int) {
+	switch {
+	case v == "":
+		if required {
+			f.Add(field, "is required")
+		}
+	case !utf8.ValidString(v):
+		f.Add(field, "must be valid UTF-8")
+	case len(v) > max:
+		f.Add(field, "must be at most %d bytes, got %d", max, len(v))
+	}
+}
+
+func validateName(f *errs.Fields, field, v string, max int) {
+	switch {
+	case v == "":
+		f.Add(field, "is required")
+	case len(v) > max:
+		f.Add(field, "must be at most %d bytes", max)
+	case !utf8.ValidString(v) || strings.ContainsFunc(v, func(r rune) bool { return unicode.IsControl(r) || unicode.IsSpace(r) }):
+		f.Add(field, "must be valid UTF-8 without spaces or control characters")
+	}
+}
+
+// normalizeHardware validates an agent's report and returns it with MACs in
+// canonical form, so that equal hardware compares equal.
+func normalizeHardware(f *errs.Fields, field string, hw Hardware) Hardware {
+	out := Hardware{CPUs: hw.CPUs, RAMBytes: hw.RAMBytes}
+	if hw.CPUs < 1 || hw.CPUs > 1<<16 {
+		f.Add(field+".cpus", "must be between 1 and 65536, got %d", hw.CPUs)
+	}
+	if hw.RAMBytes == 0 {
+		f.Add(field+".ram_bytes", "must be positive")
+	}
+	if len(hw.Disks) > MaxDisks {
+		f.Add(field+".disks", "must list at most %d disks", MaxDisks)
+	} else if len(hw.Disks) > 0 {
+		out.Disks = make([]Disk, len(hw.Disks))
+		for i, d := range hw.Disks {
+			validateName(f, fmt.Sprintf("%s.disks[%d].name", field, i), d.Name, 255)
+			out.Disks[i] = d
+		}
+	}
+	if len(hw.NICs) > MaxNICs {
+		f.Add(field+".nics", "must list at most %d NICs", MaxNICs)
+	} else if len(hw.NICs) > 0 {
+		out.NICs = make([]NIC, len(hw.NICs))
+		for i, n := range hw.NICs {
+			validateName(f, fmt.Sprintf("%s.nics[%d].name", field, i), n.Name, 15) // IFNAMSIZ-1
+			mac, err := normalizeMAC(n.MAC)
+			if err != nil {
+				f.Add(fmt.Sprintf("%s.nics[%d].mac", field, i), "%v", err)
+			}
+			out.NICs[i] = NIC{Name: n.Name, MAC: mac}
+		}
+	}
+	return out
+}

@@ -1,0 +1,73 @@
+// Package ports serves the registry's application over NATS.
+package ports
+
+import (
+	"context"
+	"reflect"
+
+	"github.com/anvil-fleet/anvil/libs/events/command"
+	"github.com/anvil-fleet/anvil/libs/events/errs"
+	"github.com/anvil-fleet/anvil/services/registry/api"
+	"github.com/anvil-fleet/anvil/services/registry/app"
+	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
+)
+
+// Register serves every registry subject on srv.
+func Register(srv *command.Server, a *app.App) error {
+	for _, zero := range machine.CommandTypes() {
+		cmdType := reflect.TypeOf(zero)
+		name := zero.(machine.Command).CommandType()
+		if name == (machine.Register{}).CommandType() {
+			continue // machines register through self_register, which checks the enrollment token
+		}
+		err := command.Handle(srv, api.MachineSubject(name), func(ctx context.Context, r api.MachineCommand) (api.MachineReply, error) {
+			ptr := reflect.New(cmdType)
+			body := r.Command
+			if len(body) == 0 {
+				body = []byte("{}")
+			}
+			if err := command.Decode(body, ptr.Interface()); err != nil {
+				return api.MachineReply{}, prefix(err, "command")
+			}
+			return a.MachineCommand(ctx, r.Org, r.UUID, r.ExpectedVersion, ptr.Elem().Interface().(machine.Command))
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return firstErr(
+		command.Handle(srv, api.SubjectRegister, a.SelfRegister),
+		command.Handle(srv, api.SubjectHeartbeat, func(ctx context.Context, r api.Heartbeat) (struct{}, error) {
+			return struct{}{}, a.Heartbeat(ctx, r)
+		}),
+		command.Handle(srv, api.SubjectMachineGet, a.GetMachine),
+		command.Handle(srv, api.SubjectMachineList, a.ListMachines),
+		command.Handle(srv, api.SubjectOrgCreate, a.CreateOrg),
+		command.Handle(srv, api.SubjectOrgRename, a.RenameOrg),
+		command.Handle(srv, api.SubjectOrgGet, a.GetOrg),
+		command.Handle(srv, api.SubjectOrgList, a.ListOrgs),
+		command.Handle(srv, api.SubjectTokenIssue, a.IssueToken),
+		command.Handle(srv, api.SubjectTokenList, a.ListTokens),
+		command.Handle(srv, api.SubjectTokenRevoke, a.RevokeToken),
+		command.Handle(srv, api.SubjectTokenVerify, a.VerifyToken),
+	)
+}
+
+// prefix puts a nested request's field errors under its field name.
+func prefix(err error, field string) error {
+	var f errs.Fields
+	f.Merge(field, err)
+	if e := f.Err(); e != nil {
+		return e
+	}
+	return err
+}
+
+func firstErr(errors ...error) error {
+	for _, err := range errors {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
