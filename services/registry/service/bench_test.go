@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/anvil-fleet/anvil/services/registry/api"
 	"github.com/anvil-fleet/anvil/services/registry/service"
 )
