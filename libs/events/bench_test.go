@@ -27,7 +27,7 @@ func BenchmarkAppendVsRawPublish(b *testing.B) {
 	raw.Header.Del(nats.MsgIdHdr) // the same ID on every raw publish would be deduplicated
 	n := max(b.N, 2000)
 
-	rounds := 3 // alternate, so drift on a shared machine hits both sides alike
+	rounds := 6 // alternate, so drift on a shared machine hits both sides alike
 	var rawDur, appDur time.Duration
 	version := events.Version(sample)
 	b.ResetTimer()

@@ -128,7 +128,6 @@ func (s *JetStreamStore) Append(ctx context.Context, ref AggregateRef, expected 
 	}
 	subject := ref.Subject()
 	for i := range envs {
-		span.AddEvent(envs[i].Type, trace.WithAttributes(attribute.String("anvil.event_id", envs[i].ID)))
 		msg := EncodeMsg(&envs[i])
 		opts := []jetstream.PublishOpt{jetstream.WithMsgID(envs[i].ID), jetstream.WithExpectStream(StreamName)}
 		if expected != Any {
@@ -156,7 +155,8 @@ func (s *JetStreamStore) Append(ctx context.Context, ref AggregateRef, expected 
 		}
 		appended.WithLabelValues(ref.Type).Inc()
 	}
-	span.SetAttributes(attribute.Int64("anvil.version", int64(envs[len(envs)-1].Sequence)))
+	span.SetAttributes(attribute.Int64("anvil.version", int64(envs[len(envs)-1].Sequence)),
+		attribute.String("anvil.event_type", envs[0].Type), attribute.String("anvil.event_id", envs[0].ID))
 	return envs, nil
 }
 

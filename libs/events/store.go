@@ -122,6 +122,10 @@ func Version(envs []Envelope) uint64 {
 
 var tracer = otel.Tracer("github.com/anvil-fleet/anvil/libs/events")
 
+// Event IDs draw from a pool of random bytes rather than one getrandom
+// call each; appends are on every command's path.
+func init() { uuid.EnableRandPool() }
+
 // seal builds the envelopes for an append from ctx and the drafts.
 func seal(ctx context.Context, reg *Registry, ref AggregateRef, now time.Time, drafts []Draft) ([]Envelope, error) {
 	if err := ref.Validate(); err != nil {

@@ -76,6 +76,9 @@ type Runner struct {
 
 	rebuild chan chan error
 
+	lagMetric, checkpointMetric interface{ Set(float64) }
+	appliedInc                                 func()
+
 	mu      sync.Mutex
 	applied *sync.Cond // broadcast whenever the checkpoint moves
 	lag     uint64
@@ -93,6 +96,9 @@ func NewRunner(cfg Config, js jetstream.JetStream, reg *events.Registry, model M
 	r := &Runner{cfg: cfg, js: js, reg: reg, model: model, poison: pq, rebuild: make(chan chan error),
 		log: log.With("projection", cfg.Name)}
 	r.applied = sync.NewCond(&r.mu)
+	r.lagMetric = lagGauge.WithLabelValues(cfg.Name)
+	r.checkpointMetric = checkpointGauge.WithLabelValues(cfg.Name)
+	r.appliedInc = appliedCounter.WithLabelValues(cfg.Name).Inc
 	return r
 }
 
@@ -269,7 +275,7 @@ func (r *Runner) handle(ctx context.Context, m jetstream.Msg, meta *jetstream.Ms
 			}
 		}
 	} else {
-		appliedCounter.WithLabelValues(r.cfg.Name).Inc()
+		r.appliedInc()
 	}
 }
 
@@ -286,8 +292,8 @@ func (r *Runner) wants(eventType string) bool {
 }
 
 func (r *Runner) setLag(n uint64) {
-	lagGauge.WithLabelValues(r.cfg.Name).Set(float64(n))
-	checkpointGauge.WithLabelValues(r.cfg.Name).Set(float64(r.model.Checkpoint()))
+	r.lagMetric.Set(float64(n))
+	r.checkpointMetric.Set(float64(r.model.Checkpoint()))
 	r.mu.Lock()
 	r.lag = n
 	if n == 0 && !r.live {
