@@ -34,6 +34,9 @@ type Config struct {
 	BootAddr    string // ANVIL_BOOT_ADDR, default 127.0.0.1:8081
 	NATSAddr    string // ANVIL_DEV_NATS_ADDR: also listen for external NATS clients; empty: in-process only
 	AdminToken  string // ANVIL_ADMIN_TOKEN; generated on first start when empty
+	// EncryptionKeys seal cluster credentials (ANVIL_REVISIONS_ENCRYPTION_KEYS);
+	// generated on first start when empty and kept in the data directory.
+	EncryptionKeys string
 	Logger      *slog.Logger
 }
 
@@ -73,6 +76,11 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 		return nil, err
 	}
 	st.AdminToken = generated
+	keys, err := encryptionKeys(cfg.DataDir, cfg.EncryptionKeys)
+	if err != nil {
+		srv.Shutdown()
+		return nil, err
+	}
 	ctx, st.cancel = context.WithCancel(ctx)
 
 	base := func(name string) (svc.Config, svc.Options, error) {
@@ -98,7 +106,9 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 			return func(ctx context.Context) error { return registry.Run(ctx, registry.Config{Config: c}, o) }
 		}),
 		add(revisions.Name, func(c svc.Config, o svc.Options) runner {
-			return func(ctx context.Context) error { return revisions.Run(ctx, revisions.Config{Config: c}, o) }
+			return func(ctx context.Context) error {
+				return revisions.Run(ctx, revisions.Config{Config: c, EncryptionKeys: keys, BootURL: "http://" + cfg.BootAddr}, o)
+			}
 		}),
 		add(rollout.Name, func(c svc.Config, o svc.Options) runner {
 			return func(ctx context.Context) error { return rollout.Run(ctx, rollout.Config{Config: c}, o) }
@@ -175,6 +185,30 @@ func adminToken(dataDir, given string) (hash, generated string, err error) {
 		return "", "", fmt.Errorf("storing the admin token's hash: %w", err)
 	}
 	return hash, token, nil
+}
+
+// encryptionKeys returns the revisions service's keys: the given ones, or
+// the one generated on the first start and kept (0600) in the data dir.
+func encryptionKeys(dataDir, given string) (string, error) {
+	if given != "" {
+		return given, nil
+	}
+	path := filepath.Join(dataDir, "revisions-encryption.key")
+	if b, err := os.ReadFile(path); err == nil {
+		return strings.TrimSpace(string(b)), nil
+	}
+	raw := make([]byte, 32)
+	if _, err := rand.Read(raw); err != nil {
+		return "", err
+	}
+	key := "dev1:" + base64.StdEncoding.EncodeToString(raw)
+	if err := os.MkdirAll(dataDir, 0o750); err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(path, []byte(key+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("storing the encryption key: %w", err)
+	}
+	return key, nil
 }
 
 func splitHostPort(addr string) (string, int, error) {

@@ -26,6 +26,7 @@ func main() {
 	flag.StringVar(&logFormat, "log-format", svc.Env("ANVIL_LOG_FORMAT", "text"), "json or text (env ANVIL_LOG_FORMAT)")
 	flag.Parse()
 	cfg.AdminToken = os.Getenv("ANVIL_ADMIN_TOKEN")
+	cfg.EncryptionKeys = os.Getenv("ANVIL_REVISIONS_ENCRYPTION_KEYS")
 	cfg.Logger = telemetry.NewLogger("anvil-dev", logLevel, logFormat)
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

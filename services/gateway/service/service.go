@@ -1,4 +1,4 @@
-// Package service wires the gateway service: its runtime, handlers and ports.
+// Package service wires the gateway: the operators' HTTP API.
 package service
 
 import (
@@ -7,15 +7,19 @@ import (
 	"encoding/hex"
 	"flag"
 	"os"
+	"time"
 
 	"github.com/anvil-fleet/anvil/libs/events"
 	"github.com/anvil-fleet/anvil/libs/events/svc"
+	"github.com/anvil-fleet/anvil/services/gateway/adapters"
+	"github.com/anvil-fleet/anvil/services/gateway/ports"
+	regapi "github.com/anvil-fleet/anvil/services/registry/api"
 )
 
 // Name is the service's name in logs, metrics and NATS queue groups.
 const Name = "gateway"
 
-// Config is the gateway service's configuration.
+// Config is the gateway's configuration.
 type Config struct {
 	svc.Config
 	Listen string // --listen / ANVIL_GATEWAY_ADDR
@@ -23,6 +27,8 @@ type Config struct {
 	// (--admin-token-hash / ANVIL_ADMIN_TOKEN_HASH, or hashed from
 	// ANVIL_ADMIN_TOKEN).
 	AdminTokenHash string
+	BodyLimit      int64         // --body-limit / ANVIL_GATEWAY_BODY_LIMIT
+	IdempotencyTTL time.Duration // --idempotency-ttl / ANVIL_GATEWAY_IDEMPOTENCY_TTL
 }
 
 // RegisterFlags binds the service's flags, each with an environment default.
@@ -31,6 +37,11 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Listen, "listen", svc.Env("ANVIL_GATEWAY_ADDR", "127.0.0.1:8080"), "HTTP listen address (env ANVIL_GATEWAY_ADDR)")
 	fs.StringVar(&c.AdminTokenHash, "admin-token-hash", svc.Env("ANVIL_ADMIN_TOKEN_HASH", hashOf(os.Getenv("ANVIL_ADMIN_TOKEN"))),
 		"hex SHA-256 of the bootstrap admin token (env ANVIL_ADMIN_TOKEN_HASH, or ANVIL_ADMIN_TOKEN in plaintext)")
+	fs.Int64Var(&c.BodyLimit, "body-limit", int64(svc.EnvInt("ANVIL_GATEWAY_BODY_LIMIT", 1<<20)), "largest request body in bytes; larger gets 413 (env ANVIL_GATEWAY_BODY_LIMIT)")
+	fs.DurationVar(&c.IdempotencyTTL, "idempotency-ttl", 24*time.Hour, "how long an Idempotency-Key's answer is kept (env ANVIL_GATEWAY_IDEMPOTENCY_TTL)")
+	if d, err := time.ParseDuration(os.Getenv("ANVIL_GATEWAY_IDEMPOTENCY_TTL")); err == nil {
+		c.IdempotencyTTL = d
+	}
 }
 
 func hashOf(token string) string {
@@ -43,12 +54,23 @@ func hashOf(token string) string {
 
 // Run starts the service and blocks until ctx ends.
 func Run(ctx context.Context, cfg Config, o svc.Options) error {
+	if cfg.IdempotencyTTL <= 0 {
+		cfg.IdempotencyTTL = 24 * time.Hour
+	}
 	rt, err := svc.Start(ctx, cfg.Config, events.NewRegistry(), o)
 	if err != nil {
 		return err
 	}
 	defer rt.Close(context.WithoutCancel(ctx))
-	srv, err := svc.Serve(cfg.Listen, rt.Health.Mux(nil), rt.Log)
+	idem, err := adapters.NewIdempotency(ctx, rt.JS, cfg.StreamReplicas, cfg.IdempotencyTTL)
+	if err != nil {
+		return err
+	}
+	h := ports.NewHandler(ports.Deps{
+		NC: rt.Conn, Registry: regapi.Client{NC: rt.Conn}, Store: rt.Store, Idempotency: idem,
+		AdminTokenHash: cfg.AdminTokenHash, BodyLimit: cfg.BodyLimit, Health: rt.Health, Log: rt.Log,
+	})
+	srv, err := svc.Serve(cfg.Listen, h, rt.Log)
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"time"
 
 	"github.com/anvil-fleet/anvil/libs/events"
 	"github.com/anvil-fleet/anvil/libs/events/errs"
@@ -13,12 +14,12 @@ import (
 // each deciding on the state the previous ones left, and appends all their
 // events at once.
 func (a *App) MachineCommand(ctx context.Context, orgID, uuidIn string, expected uint64, cmds ...machine.Command) (api.MachineReply, error) {
+	now := a.Now()
 	uuid, err := a.machineRef(orgID, uuidIn)
 	if err != nil {
-		return api.MachineReply{}, err
+		return api.MachineReply{}, withCommandFields(err, cmds, now)
 	}
 	ref := events.AggregateRef{Org: orgID, Type: machineType, ID: uuid}
-	now := a.Now()
 	cached := func() (machine.State, uint64) {
 		m, err := a.Machines.Model().Get(orgID, uuid)
 		if err != nil {
@@ -42,6 +43,26 @@ func (a *App) MachineCommand(ctx context.Context, orgID, uuidIn string, expected
 		return api.MachineReply{}, err
 	}
 	return api.MachineReply{Machine: api.Machine{Org: orgID, State: state}, Version: version, Events: types(stored)}, nil
+}
+
+// withCommandFields adds the commands' own field errors to a validation
+// error about the org or UUID, so the caller learns about every field at once.
+func withCommandFields(err error, cmds []machine.Command, now time.Time) error {
+	if !errs.Is(err, errs.KindValidation) {
+		return err
+	}
+	var f errs.Fields
+	f.Merge("", err)
+	for _, c := range cmds {
+		if _, cerr := machine.Decide(machine.State{}, c, now); errs.Is(cerr, errs.KindValidation) {
+			for _, fe := range errs.As(cerr).Fields {
+				if fe.Field != "uuid" {
+					f = append(f, fe)
+				}
+			}
+		}
+	}
+	return f.Err()
 }
 
 // machineRef validates the org and canonicalises the UUID.

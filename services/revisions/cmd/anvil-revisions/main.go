@@ -1,5 +1,8 @@
-// Command anvil-revisions runs the revisions service; see docs/operations.md for its
-// flags and environment variables.
+// Command anvil-revisions runs the revisions service (clusters, machine
+// pools, revisions, rendering). Its own flags and environment variables
+// are in docs/revisions.md ("The service"), the shared ones in
+// docs/operations.md. It needs an encryption key:
+// ANVIL_REVISIONS_ENCRYPTION_KEYS=<id>:<base64 of 32 bytes>.
 package main
 
 import (

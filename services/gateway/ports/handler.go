@@ -1,0 +1,184 @@
+// Package ports is the gateway's HTTP API: go-kit endpoints behind go-kit's
+// HTTP transport, wrapped in otelhttp, on one declarative route table that
+// also produces the OpenAPI document.
+package ports
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/go-kit/kit/endpoint"
+	httptransport "github.com/go-kit/kit/transport/http"
+	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+
+	"github.com/anvil-fleet/anvil/libs/events"
+	"github.com/anvil-fleet/anvil/libs/events/errs"
+	"github.com/anvil-fleet/anvil/libs/events/svc"
+	"github.com/anvil-fleet/anvil/services/gateway/adapters"
+	"github.com/anvil-fleet/anvil/services/gateway/domain"
+	regapi "github.com/anvil-fleet/anvil/services/registry/api"
+	"github.com/anvil-fleet/anvil/services/registry/domain/token"
+)
+
+// Deps is what the HTTP API talks to.
+type Deps struct {
+	NC             *nats.Conn
+	Registry       regapi.Client
+	Store          events.Store
+	Idempotency    *adapters.Idempotency // nil disables Idempotency-Key
+	AdminTokenHash string                // hex SHA-256 of the bootstrap admin token
+	BodyLimit      int64
+	Health         *svc.Health
+	Log            *slog.Logger
+}
+
+type handler struct {
+	Deps
+	log    *slog.Logger
+	routes []route
+}
+
+// route is one operation of the API.
+type route struct {
+	Method, Path string
+	Min          domain.Role // the role it needs; RoleNone: no authentication
+	Summary      string
+	Request      any // zero value of the JSON body, for the OpenAPI document; nil: none
+	Response     any // zero value of the JSON answer
+	Status       int // success status
+	Query        []string
+	Endpoint     endpoint.Endpoint
+	Decode       httptransport.DecodeRequestFunc
+}
+
+// versioned answers carry an ETag.
+type versioned interface{ ETagVersion() uint64 }
+
+type ctxKey int
+
+const (
+	principalKey ctxKey = iota
+	pathKey
+)
+
+func principalOf(ctx context.Context) domain.Principal {
+	p, _ := ctx.Value(principalKey).(domain.Principal)
+	return p
+}
+
+func requestPath(ctx context.Context) string {
+	s, _ := ctx.Value(pathKey).(string)
+	return s
+}
+
+// NewHandler returns the gateway's HTTP handler.
+func NewHandler(d Deps) http.Handler {
+	if d.BodyLimit <= 0 {
+		d.BodyLimit = 1 << 20
+	}
+	if d.Log == nil {
+		d.Log = slog.Default()
+	}
+	h := &handler{Deps: d, log: d.Log}
+	h.routes = append(h.routes, h.registryRoutes()...)
+	h.routes = append(h.routes, h.eventRoutes()...)
+
+	mux := http.NewServeMux()
+	for _, rt := range h.routes {
+		srv := httptransport.NewServer(rt.Endpoint, rt.Decode, h.encoder(rt),
+			httptransport.ServerErrorEncoder(h.encodeError),
+			httptransport.ServerBefore(func(ctx context.Context, r *http.Request) context.Context {
+				return context.WithValue(ctx, pathKey, r.URL.Path)
+			}),
+		)
+		var hh http.Handler = srv
+		if rt.Method == http.MethodPost && d.Idempotency != nil {
+			hh = h.idempotent(hh)
+		}
+		mux.Handle(rt.Method+" "+rt.Path, h.authenticate(rt, hh))
+	}
+	doc := openAPI(h.routes)
+	mux.HandleFunc("GET /openapi.json", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(doc)
+	})
+	if d.Health != nil {
+		d.Health.Mux(mux)
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeProblem(w, problemOf(errs.NotFound("no route %s %s", r.Method, r.URL.Path), r.URL.Path))
+	})
+	return otelhttp.NewHandler(mux, "gateway", otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
+		return r.Method + " " + r.Pattern
+	}))
+}
+
+// authenticate resolves the bearer token, checks the route's role and
+// organization, and puts the principal and its actor into the context.
+func (h *handler) authenticate(rt route, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if rt.Min == domain.RoleNone {
+			next.ServeHTTP(w, r)
+			return
+		}
+		p, err := h.principal(r)
+		if err == nil {
+			err = domain.Authorize(p, r.PathValue("org"), rt.Min)
+		}
+		if err != nil {
+			if errs.Is(err, errs.KindUnauthorized) {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="anvil"`)
+			}
+			writeProblem(w, problemOf(err, r.URL.Path))
+			return
+		}
+		ctx := context.WithValue(r.Context(), principalKey, p)
+		ctx = events.WithActor(ctx, p.Actor())
+		next.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+func (h *handler) principal(r *http.Request) (domain.Principal, error) {
+	auth := r.Header.Get("Authorization")
+	presented, ok := strings.CutPrefix(auth, "Bearer ")
+	if !ok || presented == "" {
+		return domain.Principal{}, errs.Unauthorized("an Authorization: Bearer <token> header is required")
+	}
+	if h.AdminTokenHash != "" {
+		sum := sha256.Sum256([]byte(presented))
+		if subtle.ConstantTimeCompare([]byte(hex.EncodeToString(sum[:])), []byte(h.AdminTokenHash)) == 1 {
+			return domain.Principal{TokenID: "bootstrap-admin", Role: domain.RolePlatform}, nil
+		}
+	}
+	p, err := h.Registry.VerifyToken(r.Context(), regapi.TokenVerify{Token: presented, Kind: token.KindAPI})
+	if err != nil {
+		if errs.Is(err, errs.KindUnavailable) {
+			return domain.Principal{}, err
+		}
+		return domain.Principal{}, errs.Unauthorized("the token is not valid")
+	}
+	return domain.Principal{Org: p.Org, TokenID: p.TokenID, Name: p.Name, Role: domain.Role(p.Role)}, nil
+}
+
+func (h *handler) encoder(rt route) httptransport.EncodeResponseFunc {
+	return func(ctx context.Context, w http.ResponseWriter, resp any) error {
+		if v, ok := resp.(versioned); ok && v.ETagVersion() > 0 {
+			w.Header().Set("ETag", strconv.Quote(strconv.FormatUint(v.ETagVersion(), 10)))
+		}
+		if rt.Status == http.StatusNoContent {
+			w.WriteHeader(http.StatusNoContent)
+			return nil
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(rt.Status)
+		return json.NewEncoder(w).Encode(resp)
+	}
+}

@@ -1,0 +1,296 @@
+package ports
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/anvil-fleet/anvil/libs/events/errs"
+	"github.com/anvil-fleet/anvil/services/gateway/domain"
+	regapi "github.com/anvil-fleet/anvil/services/registry/api"
+	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
+	"github.com/anvil-fleet/anvil/services/registry/domain/org"
+	"github.com/anvil-fleet/anvil/services/registry/domain/token"
+)
+
+// Org is an organization with its ETag version.
+type Org struct {
+	ID          string `json:"id"`
+	DisplayName string `json:"display_name"`
+	Version     uint64 `json:"version"`
+}
+
+func (o Org) ETagVersion() uint64 { return o.Version }
+
+// OrgList is the organizations the caller may see.
+type OrgList struct {
+	Items []Org `json:"items"`
+}
+
+// OrgCreate is the body of POST /api/v1/orgs.
+type OrgCreate struct {
+	ID          string `json:"id"`
+	DisplayName string `json:"display_name,omitempty"`
+}
+
+// OrgPatch is the body of PATCH /api/v1/orgs/{org}.
+type OrgPatch struct {
+	DisplayName string `json:"display_name"`
+}
+
+// TokenCreate is the body of POST …/tokens and …/enrollment-tokens.
+type TokenCreate struct {
+	Name      string    `json:"name,omitempty"`
+	Role      org.Role  `json:"role,omitempty"` // API tokens only
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
+}
+
+// TokenList lists tokens without secrets or hashes.
+type TokenList struct {
+	Items []org.TokenInfo `json:"items"`
+}
+
+// Machine is a machine with its ETag version.
+type Machine struct {
+	regapi.Machine
+	Version uint64 `json:"version"`
+}
+
+func (m Machine) ETagVersion() uint64 { return m.Version }
+
+// MachinePage is one page of machines; follow Next until it is empty.
+type MachinePage struct {
+	Items []regapi.Machine `json:"items"`
+	Next  string           `json:"next,omitempty"`
+}
+
+// MachinePatch is the body of PATCH …/machines/{uuid}; absent fields stay.
+type MachinePatch struct {
+	Hostname     *string            `json:"hostname,omitempty"`
+	Labels       *map[string]string `json:"labels,omitempty"`
+	UpgradeIndex *int               `json:"upgrade_index,omitempty"`
+	ControlPlane *bool              `json:"control_plane,omitempty"`
+}
+
+// AssignBody is the body of POST …/machines/{uuid}/assign.
+type AssignBody struct {
+	Pool string `json:"pool"`
+}
+
+type orgReq struct {
+	org, at string
+	expected uint64
+	body     any
+}
+
+type machineReq struct {
+	org, uuid string
+	expected  uint64
+	cmds      []machine.Command
+	at        string
+}
+
+func (h *handler) registryRoutes() []route {
+	reg := h.Registry
+	machineRoute := func(method, path, summary string, min domain.Role, status int, body any, build func(r *http.Request) ([]machine.Command, error)) route {
+		return route{Method: method, Path: path, Min: min, Summary: summary, Request: body, Response: Machine{}, Status: status,
+			Decode: func(_ context.Context, r *http.Request) (any, error) {
+				expected, err := ifMatch(r)
+				if err != nil {
+					return nil, err
+				}
+				cmds, err := build(r)
+				return machineReq{org: r.PathValue("org"), uuid: r.PathValue("uuid"), expected: expected, cmds: cmds}, err
+			},
+			Endpoint: func(ctx context.Context, req any) (any, error) {
+				m := req.(machineReq)
+				var out regapi.MachineReply
+				for i, c := range m.cmds {
+					expected := m.expected
+					if i > 0 {
+						expected = out.Version
+					}
+					var err error
+					if out, err = reg.Machine(ctx, m.org, m.uuid, c, expected); err != nil {
+						return nil, err
+					}
+				}
+				if len(m.cmds) == 0 {
+					got, err := reg.GetMachine(ctx, regapi.MachineGet{Org: m.org, UUID: m.uuid})
+					if err != nil {
+						return nil, err
+					}
+					out = got
+				}
+				return Machine{Machine: out.Machine, Version: out.Version}, nil
+			},
+		}
+	}
+	noBody := func(c machine.Command) func(*http.Request) ([]machine.Command, error) {
+		return func(*http.Request) ([]machine.Command, error) { return []machine.Command{c}, nil }
+	}
+	const (
+		orgs     = "/api/v1/orgs"
+		oneOrg   = "/api/v1/orgs/{org}"
+		machines = "/api/v1/orgs/{org}/machines"
+		one      = "/api/v1/orgs/{org}/machines/{uuid}"
+	)
+	tokenRoutes := func(path string, kind token.Kind, what string) []route {
+		return []route{
+			{Method: "GET", Path: path, Min: domain.RoleAdmin, Summary: "List " + what, Response: TokenList{}, Status: 200,
+				Decode: func(_ context.Context, r *http.Request) (any, error) {
+					return regapi.TokenListReq{Org: r.PathValue("org"), Kind: kind}, nil
+				},
+				Endpoint: func(ctx context.Context, req any) (any, error) {
+					l, err := reg.ListTokens(ctx, req.(regapi.TokenListReq))
+					return TokenList(l), err
+				}},
+			{Method: "POST", Path: path, Min: domain.RoleAdmin, Summary: "Create one of the " + what + " (the token is shown once)",
+				Request: TokenCreate{}, Response: regapi.TokenIssued{}, Status: 201,
+				Decode: func(_ context.Context, r *http.Request) (any, error) {
+					var b TokenCreate
+					if err := readJSON(r, h.BodyLimit, &b); err != nil {
+						return nil, err
+					}
+					if kind == token.KindEnrollment && b.Role != "" {
+						return nil, errs.Invalid("role", "enrollment tokens have no role")
+					}
+					return regapi.TokenIssue{Org: r.PathValue("org"), Kind: kind, Name: b.Name, Role: b.Role, ExpiresAt: b.ExpiresAt}, nil
+				},
+				Endpoint: func(ctx context.Context, req any) (any, error) { return reg.IssueToken(ctx, req.(regapi.TokenIssue)) }},
+			{Method: "DELETE", Path: path + "/{id}", Min: domain.RoleAdmin, Summary: "Revoke one of the " + what, Response: org.TokenInfo{}, Status: 200,
+				Decode: func(_ context.Context, r *http.Request) (any, error) {
+					return regapi.TokenRevoke{Org: r.PathValue("org"), TokenID: r.PathValue("id")}, nil
+				},
+				Endpoint: func(ctx context.Context, req any) (any, error) { return reg.RevokeToken(ctx, req.(regapi.TokenRevoke)) }},
+		}
+	}
+
+	routes := []route{
+		{Method: "GET", Path: orgs, Min: domain.RoleViewer, Summary: "List the organizations the token may see", Response: OrgList{}, Status: 200,
+			Decode: func(context.Context, *http.Request) (any, error) { return nil, nil },
+			Endpoint: func(ctx context.Context, _ any) (any, error) {
+				all, err := reg.ListOrgs(ctx)
+				if err != nil {
+					return nil, err
+				}
+				p := principalOf(ctx)
+				out := OrgList{Items: []Org{}}
+				for _, o := range all.Items {
+					if p.Role == domain.RolePlatform || o.ID == p.Org {
+						out.Items = append(out.Items, Org(o))
+					}
+				}
+				return out, nil
+			}},
+		{Method: "POST", Path: orgs, Min: domain.RolePlatform, Summary: "Create an organization (bootstrap admin)", Request: OrgCreate{}, Response: Org{}, Status: 201,
+			Decode: func(_ context.Context, r *http.Request) (any, error) {
+				var b OrgCreate
+				err := readJSON(r, h.BodyLimit, &b)
+				return regapi.OrgCreate(b), err
+			},
+			Endpoint: func(ctx context.Context, req any) (any, error) {
+				o, err := reg.CreateOrg(ctx, req.(regapi.OrgCreate))
+				return Org(o), err
+			}},
+		{Method: "GET", Path: oneOrg, Min: domain.RoleViewer, Summary: "Get an organization, now or ?at= a past time or sequence", Response: Org{}, Status: 200, Query: []string{"at"},
+			Decode: func(_ context.Context, r *http.Request) (any, error) {
+				return regapi.OrgRef{Org: r.PathValue("org"), At: r.URL.Query().Get("at")}, nil
+			},
+			Endpoint: func(ctx context.Context, req any) (any, error) {
+				o, err := reg.GetOrg(ctx, req.(regapi.OrgRef))
+				return Org(o), err
+			}},
+		{Method: "PATCH", Path: oneOrg, Min: domain.RoleAdmin, Summary: "Rename an organization", Request: OrgPatch{}, Response: Org{}, Status: 200,
+			Decode: func(_ context.Context, r *http.Request) (any, error) {
+				var b OrgPatch
+				expected, err := ifMatch(r)
+				if err == nil {
+					err = readJSON(r, h.BodyLimit, &b)
+				}
+				return regapi.OrgRename{Org: r.PathValue("org"), DisplayName: b.DisplayName, ExpectedVersion: expected}, err
+			},
+			Endpoint: func(ctx context.Context, req any) (any, error) {
+				o, err := reg.RenameOrg(ctx, req.(regapi.OrgRename))
+				return Org(o), err
+			}},
+
+		{Method: "GET", Path: machines, Min: domain.RoleViewer, Summary: "List machines (filters: pool, status, selector; cursor pagination)",
+			Response: MachinePage{}, Status: 200, Query: []string{"pool", "status", "selector", "cursor", "limit"},
+			Decode: func(_ context.Context, r *http.Request) (any, error) {
+				q := r.URL.Query()
+				limit, err := queryInt(r, "limit", 100, 1000)
+				return regapi.MachineList{Org: r.PathValue("org"), Pool: q.Get("pool"), Status: q.Get("status"),
+					Selector: q.Get("selector"), Cursor: q.Get("cursor"), Limit: limit}, err
+			},
+			Endpoint: func(ctx context.Context, req any) (any, error) {
+				p, err := reg.ListMachines(ctx, req.(regapi.MachineList))
+				return MachinePage(p), err
+			}},
+		machineRoute("POST", machines, "Pre-register a machine before its first boot", domain.RoleOperator, 201, machine.PreRegister{},
+			func(r *http.Request) ([]machine.Command, error) {
+				var b machine.PreRegister
+				if err := readJSON(r, h.BodyLimit, &b); err != nil {
+					return nil, err
+				}
+				r.SetPathValue("uuid", b.UUID)
+				return []machine.Command{b}, nil
+			}),
+		{Method: "GET", Path: one, Min: domain.RoleViewer, Summary: "Get a machine, now or ?at= a past time or sequence", Response: Machine{}, Status: 200, Query: []string{"at"},
+			Decode: func(_ context.Context, r *http.Request) (any, error) {
+				return regapi.MachineGet{Org: r.PathValue("org"), UUID: r.PathValue("uuid"), At: r.URL.Query().Get("at")}, nil
+			},
+			Endpoint: func(ctx context.Context, req any) (any, error) {
+				m, err := reg.GetMachine(ctx, req.(regapi.MachineGet))
+				return Machine{Machine: m.Machine, Version: m.Version}, err
+			}},
+		machineRoute("PATCH", one, "Change a machine's hostname, labels, upgrade index or control-plane flag", domain.RoleOperator, 200, MachinePatch{},
+			func(r *http.Request) ([]machine.Command, error) {
+				var b MachinePatch
+				if err := readJSON(r, h.BodyLimit, &b); err != nil {
+					return nil, err
+				}
+				var cmds []machine.Command
+				if b.Hostname != nil {
+					cmds = append(cmds, machine.SetHostname{Hostname: *b.Hostname})
+				}
+				if b.Labels != nil {
+					cmds = append(cmds, machine.SetLabels{Labels: *b.Labels})
+				}
+				if b.UpgradeIndex != nil {
+					cmds = append(cmds, machine.SetUpgradeIndex{UpgradeIndex: *b.UpgradeIndex})
+				}
+				if b.ControlPlane != nil {
+					cmds = append(cmds, machine.SetControlPlane{ControlPlane: *b.ControlPlane})
+				}
+				if len(cmds) == 0 {
+					return nil, errs.Invalid("body", "names no field to change (hostname, labels, upgrade_index, control_plane)")
+				}
+				return cmds, nil
+			}),
+		machineRoute("DELETE", one, "Delete a machine (?policy=graceful|unsafe|forced)", domain.RoleOperator, 200, nil,
+			func(r *http.Request) ([]machine.Command, error) {
+				return []machine.Command{machine.Delete{Policy: machine.DeletionPolicy(r.URL.Query().Get("policy"))}}, nil
+			}),
+		machineRoute("POST", one+"/assign", "Assign a machine to a pool", domain.RoleOperator, 200, AssignBody{},
+			func(r *http.Request) ([]machine.Command, error) {
+				var b AssignBody
+				err := readJSON(r, h.BodyLimit, &b)
+				return []machine.Command{machine.AssignToPool{Pool: b.Pool}}, err
+			}),
+		machineRoute("POST", one+"/unassign", "Unassign a machine (drains it first)", domain.RoleOperator, 200, nil, noBody(machine.Unassign{})),
+		machineRoute("POST", one+"/force-unassign", "Unassign a machine without waiting for a drain", domain.RoleOperator, 200, nil, noBody(machine.ForceUnassign{})),
+		machineRoute("POST", one+"/maintenance/on", "Put a machine into maintenance (cordon and drain)", domain.RoleOperator, 200, nil, noBody(machine.SetMaintenance{Enabled: true})),
+		machineRoute("POST", one+"/maintenance/off", "Take a machine out of maintenance", domain.RoleOperator, 200, nil, noBody(machine.SetMaintenance{Enabled: false})),
+		machineRoute("POST", one+"/abort-deletion", "Abort a graceful deletion while it is still preparing", domain.RoleOperator, 200, nil, noBody(machine.AbortDeletion{})),
+	}
+	// The delete route documents its query parameter.
+	for i := range routes {
+		if routes[i].Method == "DELETE" && routes[i].Path == one {
+			routes[i].Query = []string{"policy"}
+		}
+	}
+	routes = append(routes, tokenRoutes("/api/v1/orgs/{org}/tokens", token.KindAPI, "API tokens")...)
+	routes = append(routes, tokenRoutes("/api/v1/orgs/{org}/enrollment-tokens", token.KindEnrollment, "enrollment tokens")...)
+	return routes
+}

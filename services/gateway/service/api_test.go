@@ -1,0 +1,234 @@
+package service_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
+	"github.com/getkin/kin-openapi/routers/gorillamux"
+
+	"github.com/anvil-fleet/anvil/libs/events/eventstest"
+	"github.com/anvil-fleet/anvil/libs/events/svc"
+	gateway "github.com/anvil-fleet/anvil/services/gateway/service"
+	regapi "github.com/anvil-fleet/anvil/services/registry/api"
+	"github.com/anvil-fleet/anvil/services/registry/app"
+	registry "github.com/anvil-fleet/anvil/services/registry/service"
+)
+
+const adminToken = "anvil_admin_test_bootstrap_token_0123456789"
+
+type stack struct {
+	t      testing.TB
+	base   string
+	reg    *registry.Service
+	router routers.Router
+	mu     sync.Mutex
+	seen   map[string]bool // routes whose responses were validated
+}
+
+func freeAddr(t testing.TB) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func startStack(t testing.TB) *stack {
+	t.Helper()
+	env := eventstest.Start(t, app.Registry())
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	ready := make(chan *registry.Service, 1)
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		_ = registry.Start(ctx, registry.Config{Config: svc.Config{Service: "registry"}}, svc.Options{Conn: env.Conn}, ready)
+	}()
+	addr := freeAddr(t)
+	go func() {
+		defer wg.Done()
+		err := gateway.Run(ctx, gateway.Config{Config: svc.Config{Service: "gateway"}, Listen: addr, AdminTokenHash: hash(adminToken), BodyLimit: 64 << 10}, svc.Options{Conn: env.Conn})
+		if err != nil && ctx.Err() == nil {
+			t.Errorf("gateway: %v", err)
+		}
+	}()
+	s := &stack{t: t, base: "http://" + addr, seen: map[string]bool{}}
+	select {
+	case s.reg = <-ready:
+	case <-time.After(30 * time.Second):
+		t.Fatal("registry did not start")
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		res, err := http.Get(s.base + "/readyz")
+		if err == nil && res.StatusCode == 200 {
+			res.Body.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("gateway not ready")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	var doc []byte
+	s.do("GET", "/openapi.json", "", nil, nil, &doc)
+	loader := openapi3.NewLoader()
+	spec, err := loader.LoadFromData(doc)
+	if err != nil {
+		t.Fatalf("openapi.json does not load: %v", err)
+	}
+	if err := spec.Validate(context.Background()); err != nil {
+		t.Fatalf("openapi.json is not valid: %v", err)
+	}
+	spec.Servers = openapi3.Servers{{URL: s.base}}
+	if s.router, err = gorillamux.NewRouter(spec); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+type reply struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (r reply) problem() (p struct {
+	Status int
+	Detail string
+	Errors []struct{ Field, Reason string }
+}) {
+	_ = json.Unmarshal(r.body, &p)
+	return p
+}
+
+// do sends a request; out, if not nil, receives the decoded JSON body (or
+// raw bytes for *[]byte). Every answer to an API route is validated against
+// the OpenAPI document.
+func (s *stack) do(method, path, tok string, body any, hdr map[string]string, out any) reply {
+	s.t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		rd = strings.NewReader(b)
+	default:
+		j, _ := json.Marshal(b)
+		rd = bytes.NewReader(j)
+	}
+	req, _ := http.NewRequest(method, s.base+path, rd)
+	if tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	data, _ := io.ReadAll(res.Body)
+	if res.StatusCode >= 500 && res.StatusCode != 503 {
+		s.t.Errorf("%s %s: %d %s", method, path, res.StatusCode, data)
+	}
+	if strings.HasPrefix(path, "/api/") {
+		s.validate(req, res, data)
+	}
+	if out != nil {
+		if raw, ok := out.(*[]byte); ok {
+			*raw = data
+		} else if err := json.Unmarshal(data, out); err != nil {
+			s.t.Fatalf("%s %s: %d %s: %v", method, path, res.StatusCode, data, err)
+		}
+	}
+	return reply{status: res.StatusCode, header: res.Header, body: data}
+}
+
+func (s *stack) validate(req *http.Request, res *http.Response, data []byte) {
+	route, params, err := s.router.FindRoute(req)
+	if err != nil {
+		if res.StatusCode != 404 {
+			s.t.Errorf("%s %s is not in the OpenAPI document: %v", req.Method, req.URL.Path, err)
+		}
+		return
+	}
+	in := &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route,
+		Options: &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc}}
+	out := &openapi3filter.ResponseValidationInput{RequestValidationInput: in, Status: res.StatusCode, Header: res.Header,
+		Body: io.NopCloser(bytes.NewReader(data)), Options: &openapi3filter.Options{IncludeResponseStatus: true}}
+	if err := openapi3filter.ValidateResponse(context.Background(), out); err != nil {
+		s.t.Errorf("%s %s -> %d does not match the OpenAPI document: %v\nbody: %s", req.Method, req.URL.Path, res.StatusCode, err, data)
+	}
+	s.mu.Lock()
+	s.seen[req.Method+" "+route.Path] = true
+	s.mu.Unlock()
+}
+
+// tenants makes orgs acme and globex with tokens of every role.
+type tenants struct {
+	viewer, operator, admin, otherAdmin string
+	enroll                              string
+}
+
+func (s *stack) tenants() tenants {
+	s.t.Helper()
+	var tn tenants
+	for _, o := range []string{"acme", "globex"} {
+		if r := s.do("POST", "/api/v1/orgs", adminToken, map[string]any{"id": o, "display_name": strings.ToUpper(o)}, nil, nil); r.status != 201 {
+			s.t.Fatalf("create org %s: %d %s", o, r.status, r.body)
+		}
+	}
+	s.waitOrgs()
+	issue := func(org, role string) string {
+		var out regapi.TokenIssued
+		r := s.do("POST", "/api/v1/orgs/"+org+"/tokens", adminToken, map[string]any{"name": role + "-bot", "role": role}, nil, &out)
+		if r.status != 201 {
+			s.t.Fatalf("issue %s token: %d %s", role, r.status, r.body)
+		}
+		return out.Token
+	}
+	tn.viewer, tn.operator, tn.admin = issue("acme", "viewer"), issue("acme", "operator"), issue("acme", "admin")
+	tn.otherAdmin = issue("globex", "admin")
+	var en regapi.TokenIssued
+	s.do("POST", "/api/v1/orgs/acme/enrollment-tokens", adminToken, map[string]any{"name": "rack"}, nil, &en)
+	tn.enroll = en.Token
+	s.waitOrgs()
+	return tn
+}
+
+// waitOrgs waits until the registry's org projection has caught up.
+func (s *stack) waitOrgs() {
+	deadline := time.Now().Add(10 * time.Second)
+	for s.reg.Orgs.Lag() != 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond)
+}
+
+func (s *stack) waitMachines() {
+	deadline := time.Now().Add(10 * time.Second)
+	for s.reg.Machines.Lag() != 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond)
+}
+
+func uuidN(i int) string { return fmt.Sprintf("4c4c4544-0035-4b10-8056-%012x", i) }

@@ -1,0 +1,247 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"time"
+
+	"github.com/anvil-fleet/anvil/libs/events"
+	"github.com/anvil-fleet/anvil/libs/events/errs"
+	"github.com/anvil-fleet/anvil/services/revisions/domain/check"
+)
+
+// MaxAttempts bounds how often a command without an expected version is
+// re-decided after losing an optimistic-concurrency race.
+const MaxAttempts = 8
+
+// readWait bounds how long a query waits for the read model to reach a
+// version (MinVersion, or the log's head before a cross-aggregate check).
+const readWait = 5 * time.Second
+
+// folder is a record that events fold into.
+type folder interface {
+	Apply(env *events.Envelope, payload any)
+	CurrentVersion() uint64
+}
+
+// load folds every event of ref into a fresh record.
+func load[R any, P interface {
+	*R
+	folder
+}](ctx context.Context, b *base, ref events.AggregateRef) (P, error) {
+	rec := P(new(R))
+	envs, err := b.Store.Load(ctx, ref)
+	if err != nil {
+		return nil, storeErr("loading "+ref.String(), err)
+	}
+	for i := range envs {
+		payload, err := b.Registry.Decode(&envs[i])
+		if err != nil {
+			return nil, errs.Internal("%s: event %d: %v", ref, envs[i].Sequence, err)
+		}
+		rec.Apply(&envs[i], payload)
+	}
+	return rec, nil
+}
+
+// loadAt folds the events of ref up to pos (time travel).
+func loadAt[R any, P interface {
+	*R
+	folder
+}](ctx context.Context, b *base, ref events.AggregateRef, pos events.Position) (P, error) {
+	rec := P(new(R))
+	f := events.Filter{Org: ref.Org, AggregateType: ref.Type, AggregateID: ref.ID}
+	err := b.Store.Replay(ctx, f, events.Position{}, pos, func(env *events.Envelope) error {
+		payload, err := b.Registry.Decode(env)
+		if err != nil {
+			return errs.Internal("%s: event %d: %v", ref, env.Sequence, err)
+		}
+		rec.Apply(env, payload)
+		return nil
+	})
+	if err != nil {
+		return nil, storeErr("replaying "+ref.String(), err)
+	}
+	return rec, nil
+}
+
+// execute runs one command on one aggregate: load, decide, append with the
+// loaded version. On a lost race it reloads and re-decides (at most
+// MaxAttempts times), unless the caller pinned expected (its If-Match):
+// then any mismatch is a precondition failure, without retry. It returns
+// the record with the new events applied and the payloads appended (none
+// if the domain decided that nothing changes).
+func execute[R any, P interface {
+	*R
+	folder
+}](ctx context.Context, b *base, ref events.AggregateRef, expected uint64, decide func(context.Context, P) ([]any, error)) (P, []any, error) {
+	for attempt := 1; ; attempt++ {
+		rec, err := load[R, P](ctx, b, ref)
+		if err != nil {
+			return nil, nil, err
+		}
+		version := rec.CurrentVersion()
+		// A missing aggregate is the domain's to report (not found), not
+		// a precondition failure.
+		if expected != 0 && version != 0 && version != expected {
+			return nil, nil, stale(ref, expected, version)
+		}
+		payloads, err := decide(ctx, rec)
+		if err != nil || len(payloads) == 0 {
+			return rec, nil, err
+		}
+		drafts := make([]events.Draft, len(payloads))
+		for i, p := range payloads {
+			pl, ok := p.(events.Payload)
+			if !ok {
+				return nil, nil, errs.Internal("%T is not an event payload", p)
+			}
+			drafts[i] = events.Draft{Payload: pl}
+		}
+		envs, err := b.Store.Append(ctx, ref, version, drafts...)
+		var conflict *events.ConflictError
+		if errors.As(err, &conflict) && len(envs) == 0 {
+			if expected != 0 {
+				return nil, nil, stale(ref, expected, conflict.Actual)
+			}
+			if attempt >= MaxAttempts {
+				return nil, nil, errs.Conflict("%s %q changed concurrently %d times while this command was decided; try again", ref.Type, ref.ID, attempt)
+			}
+			if err := backoff(ctx, attempt); err != nil {
+				return nil, nil, err
+			}
+			continue
+		}
+		if err != nil {
+			// A partial append leaves a prefix that is itself a
+			// consistent state (the domain emits events that way).
+			return nil, nil, storeErr("appending to "+ref.String(), err)
+		}
+		for i := range envs {
+			rec.Apply(&envs[i], payloads[i])
+		}
+		return rec, payloads, nil
+	}
+}
+
+func stale(ref events.AggregateRef, expected, actual uint64) error {
+	return errs.Precondition("%s %q is at version %d, not the expected %d; reload and try again", ref.Type, ref.ID, actual, expected)
+}
+
+// backoff waits a random time up to an exponentially growing bound (5ms,
+// 10ms, … 320ms: "full jitter"), so that racing writers spread out and
+// each round lets another one through.
+func backoff(ctx context.Context, attempt int) error {
+	d := time.Millisecond + rand.N(5*time.Millisecond<<min(attempt-1, 6))
+	select {
+	case <-time.After(d):
+		return nil
+	case <-ctx.Done():
+		return errs.Unavailable("gave up: %v", ctx.Err())
+	}
+}
+
+// storeErr reports a failure of the event store, keeping typed errors.
+func storeErr(what string, err error) error {
+	var e *errs.Error
+	if errors.As(err, &e) {
+		return err
+	}
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return errs.Unavailable("%s: %v", what, err)
+	}
+	return errs.Unavailable("event store: %s: %v", what, err)
+}
+
+// checkOrg validates the organization every request names: an RFC 1123
+// label (the registry's organization id), which also keeps it a single
+// subject token and excludes the platform's own "_platform".
+func checkOrg(f *errs.Fields, org string) {
+	if err := check.DNSLabel(org); err != nil {
+		f.Add("org", "%v", err)
+	}
+}
+
+// checkName validates an aggregate id field (an RFC 1123 label).
+func checkName(f *errs.Fields, field, name string) {
+	if err := check.DNSLabel(name); err != nil {
+		f.Add(field, "%v", err)
+	}
+}
+
+// ids validates org and the named ids in one go.
+func ids(org string, named ...string) error {
+	var f errs.Fields
+	checkOrg(&f, org)
+	for i := 0; i+1 < len(named); i += 2 {
+		checkName(&f, named[i], named[i+1])
+	}
+	return f.Err()
+}
+
+func clusterRef(org, name string) events.AggregateRef {
+	return events.AggregateRef{Org: org, Type: ClusterType, ID: name}
+}
+
+func poolRef(org, name string) events.AggregateRef {
+	return events.AggregateRef{Org: org, Type: PoolType, ID: name}
+}
+
+// actor is who asked, as the command bus carries it; domain commands that
+// record an author use it.
+func actor(ctx context.Context) (string, error) {
+	a := events.Actor(ctx)
+	if a == "" {
+		return "", errs.Unauthorized("the command carries no actor (the %s header); anvil records who made every change", "Anvil-Actor")
+	}
+	return a, nil
+}
+
+// waitFor blocks until the read model has applied seq (0: no wait).
+func (b *base) waitFor(ctx context.Context, seq uint64) error {
+	if seq == 0 || b.Projection == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, readWait)
+	defer cancel()
+	if err := b.Projection.WaitFor(ctx, seq); err != nil {
+		return errs.Unavailable("the read model has not reached version %d yet; try again", seq)
+	}
+	return nil
+}
+
+// catchUp waits until the read model has applied everything in the log
+// now, before a decision that reads other aggregates from it (the pools of
+// a cluster, say).
+func (b *base) catchUp(ctx context.Context) error {
+	head, err := b.Store.Head(ctx)
+	if err != nil {
+		return storeErr("reading the log's head", err)
+	}
+	return b.waitFor(ctx, head)
+}
+
+// loadCatalog reads the catalog from the log (commands decide on the
+// authoritative state, not on the read model).
+func (b *base) loadCatalog(ctx context.Context) (*CatalogRecord, error) {
+	return load[CatalogRecord](ctx, b, CatalogRef)
+}
+
+// loadCluster reads a cluster of org from the log.
+func (b *base) loadCluster(ctx context.Context, org, name string) (*ClusterRecord, error) {
+	return load[ClusterRecord](ctx, b, clusterRef(org, name))
+}
+
+// validationOnly keeps err if it is a validation error: used to report
+// every field at once when an id is already known to be invalid.
+func validationOnly(f *errs.Fields, err error) {
+	if errs.Is(err, errs.KindValidation) {
+		f.Merge("", err)
+	}
+}
+
+// notFound is the one answer for a missing or deleted resource.
+func notFound(kind, name string) error {
+	return errs.NotFound("%s %q not found", kind, name)
+}

@@ -1,0 +1,20 @@
+package app
+
+import "context"
+
+// ListCatalog lists the supported Kubernetes versions. Org is the caller's
+// organization, validated like every request's; the catalog is
+// platform-wide.
+type ListCatalog struct {
+	Org string
+}
+
+// ListCatalogHandler reads the read model.
+type ListCatalogHandler struct{ *base }
+
+func (h ListCatalogHandler) Handle(_ context.Context, q ListCatalog) (CatalogRecord, error) {
+	if err := ids(q.Org); err != nil {
+		return CatalogRecord{}, err
+	}
+	return h.Model.Catalog(), nil
+}

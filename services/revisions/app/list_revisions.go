@@ -1,0 +1,20 @@
+package app
+
+import "context"
+
+// ListRevisions lists a pool's revisions.
+type ListRevisions struct {
+	Org, Pool  string
+	MinVersion uint64
+}
+
+// ListRevisionsHandler reads the pool from the read model; its revisions
+// are in the record, oldest first.
+type ListRevisionsHandler struct{ *base }
+
+func (h ListRevisionsHandler) Handle(ctx context.Context, q ListRevisions) (PoolRecord, error) {
+	if err := ids(q.Org, "pool", q.Pool); err != nil {
+		return PoolRecord{}, err
+	}
+	return GetPoolHandler(h).live(ctx, q.Org, q.Pool, q.MinVersion)
+}

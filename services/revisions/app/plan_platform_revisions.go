@@ -1,0 +1,97 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/anvil-fleet/anvil/libs/events"
+	"github.com/anvil-fleet/anvil/libs/events/errs"
+	"github.com/anvil-fleet/anvil/services/revisions/domain/catalog"
+	"github.com/anvil-fleet/anvil/services/revisions/domain/pool"
+)
+
+// PlatformActor is the actor of the events the platform appends by itself.
+const PlatformActor = "service:revisions"
+
+// PlanPlatformRevisionsHandler reacts to catalog.version_added: for every
+// pool of every organization on the added version's minor and older than
+// its newest patch, it creates a platform-made pending revision (not
+// applied). Pools whose control plane is older than the patch are held
+// back and logged.
+//
+// It is idempotent: each pool's decision is made on the pool's state as
+// loaded from the log, and a pool already at (or past) the version gets
+// nothing, so a redelivered event changes nothing.
+type PlanPlatformRevisionsHandler struct{ *base }
+
+// EventTypes are the events this handler reacts to.
+func (PlanPlatformRevisionsHandler) EventTypes() []string {
+	return []string{catalog.VersionAdded{}.EventType()}
+}
+
+// Handle plans and decides the platform revisions for one added version.
+func (h PlanPlatformRevisionsHandler) Handle(ctx context.Context, env *events.Envelope, payload any) error {
+	added, ok := payload.(catalog.VersionAdded)
+	if !ok || env.Ref() != CatalogRef {
+		return nil
+	}
+	v, err := catalog.ParseVersion(added.Version)
+	if err != nil {
+		h.Log.ErrorContext(ctx, "catalog.version_added with an unparsable version; ignored", "seq", env.Sequence, "err", err)
+		return nil
+	}
+	// The pools must be read as of (at least) this event.
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	err = h.Projection.WaitFor(wctx, env.Sequence)
+	cancel()
+	if err != nil {
+		return errs.Unavailable("the read model has not reached sequence %d: %v", env.Sequence, err)
+	}
+	cat := h.Model.Catalog().State.Catalog.With(v)
+	ctx = events.WithActor(ctx, PlatformActor)
+
+	var failed []error
+	for _, org := range h.Model.Orgs() {
+		recs := h.Model.Pools(org, "")
+		pools := make([]*pool.Pool, len(recs))
+		for i := range recs {
+			pools[i] = &recs[i].State
+		}
+		controlPlanes := map[string]catalog.Version{}
+		for _, c := range h.Model.Clusters(org) {
+			controlPlanes[c.State.Name] = c.State.KubernetesVersion
+		}
+		plan := pool.PlanPatch(cat, v, pools, controlPlanes, h.Clock())
+		for _, held := range plan.Held {
+			h.Log.InfoContext(ctx, "platform revision held back", "org", org, "pool", held.Pool, "version", v.String(), "reason", held.Reason)
+		}
+		for _, c := range plan.Commands {
+			_, payloads, err := execute[PoolRecord](ctx, h.base, poolRef(org, c.Pool), 0,
+				func(ctx context.Context, r *PoolRecord) ([]any, error) {
+					if !live(&r.State) {
+						return nil, nil
+					}
+					cl, err := h.loadCluster(ctx, org, r.State.Cluster)
+					if err != nil {
+						return nil, err
+					}
+					return r.State.CreatePlatformRevision(c.Command, pool.Env{Catalog: cat, Cluster: &cl.State})
+				})
+			switch {
+			case err == nil && len(payloads) > 0:
+				rc := payloads[0].(pool.RevisionCreated)
+				h.Log.InfoContext(ctx, "platform revision created", "org", org, "pool", c.Pool,
+					"revision", rc.Revision.Number, "kubernetes_version", c.Command.KubernetesVersion)
+			case err == nil:
+			case errs.Is(err, errs.KindConflict), errs.Is(err, errs.KindNotFound), errs.Is(err, errs.KindValidation):
+				// The pool moved on (another minor, deleted, its control
+				// plane changed): nothing to do for it, now or on a retry.
+				h.Log.InfoContext(ctx, "platform revision not created", "org", org, "pool", c.Pool, "reason", err.Error())
+			default:
+				failed = append(failed, err)
+			}
+		}
+	}
+	return errors.Join(failed...)
+}

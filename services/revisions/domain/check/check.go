@@ -1,0 +1,195 @@
+// Package check holds the small format rules that several aggregates share
+// (names, Kubernetes labels, hostnames, SSH keys). Each rule returns an error
+// whose message is a human reason; callers attach the field path.
+package check
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+)
+
+var (
+	dnsLabelRe  = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]*[a-z0-9])?$`)
+	labelNameRe = regexp.MustCompile(`^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$`)
+)
+
+// DNSLabel checks an RFC 1123 label: the form of every aggregate id here,
+// because ids end up in NATS subjects, URLs and file names.
+func DNSLabel(s string) error {
+	switch {
+	case s == "":
+		return errors.New("must not be empty")
+	case len(s) > 63:
+		return fmt.Errorf("must be at most 63 characters, got %d", len(s))
+	case !dnsLabelRe.MatchString(s):
+		return errors.New("must consist of lowercase letters, digits and '-', and start and end with a letter or digit (RFC 1123 label)")
+	}
+	return nil
+}
+
+// DNSSubdomain checks an RFC 1123 subdomain (dot-separated labels, at most 253 characters).
+func DNSSubdomain(s string) error {
+	if s == "" {
+		return errors.New("must not be empty")
+	}
+	if len(s) > 253 {
+		return fmt.Errorf("must be at most 253 characters, got %d", len(s))
+	}
+	for _, l := range strings.Split(s, ".") {
+		if l == "" || len(l) > 63 || !dnsLabelRe.MatchString(l) {
+			return errors.New("must be lowercase RFC 1123 labels (letters, digits, '-') separated by dots")
+		}
+	}
+	return nil
+}
+
+// Hostname checks a machine hostname. It is RFC 1123 and lowercase (the
+// kubelet registers the node under it, and node names are DNS subdomains),
+// and at most 63 characters because that is what Linux keeps (HOST_NAME_MAX
+// is 64 including the terminator).
+func Hostname(s string) error {
+	if len(s) > 63 {
+		return fmt.Errorf("must be at most 63 characters, got %d", len(s))
+	}
+	if err := DNSSubdomain(s); err != nil {
+		return err
+	}
+	return nil
+}
+
+// LabelKey checks a Kubernetes label (or taint) key: an optional DNS
+// subdomain prefix and a '/', then a name of at most 63 characters.
+func LabelKey(k string) error {
+	if k == "" {
+		return errors.New("must not be empty")
+	}
+	name := k
+	if i := strings.LastIndexByte(k, '/'); i >= 0 {
+		prefix := k[:i]
+		name = k[i+1:]
+		if err := DNSSubdomain(prefix); err != nil {
+			return fmt.Errorf("prefix %q %v", prefix, err)
+		}
+	}
+	if name == "" {
+		return errors.New("name part must not be empty")
+	}
+	if len(name) > 63 {
+		return fmt.Errorf("name part must be at most 63 characters, got %d", len(name))
+	}
+	if !labelNameRe.MatchString(name) {
+		return errors.New("name part must consist of letters, digits, '-', '_' or '.', and start and end with a letter or digit")
+	}
+	return nil
+}
+
+// LabelValue checks a Kubernetes label (or taint) value; empty is allowed.
+func LabelValue(v string) error {
+	if v == "" {
+		return nil
+	}
+	if len(v) > 63 {
+		return fmt.Errorf("must be at most 63 characters, got %d", len(v))
+	}
+	if !labelNameRe.MatchString(v) {
+		return errors.New("must consist of letters, digits, '-', '_' or '.', and start and end with a letter or digit")
+	}
+	return nil
+}
+
+// kubeletAllowedLabels are the labels in the kubernetes.io and k8s.io
+// namespaces that a kubelet may set on its own node; it refuses to start
+// with any other such label in --node-labels.
+var kubeletAllowedLabels = map[string]bool{
+	"kubernetes.io/hostname":                   true,
+	"kubernetes.io/arch":                       true,
+	"kubernetes.io/os":                         true,
+	"beta.kubernetes.io/arch":                  true,
+	"beta.kubernetes.io/os":                    true,
+	"beta.kubernetes.io/instance-type":         true,
+	"node.kubernetes.io/instance-type":         true,
+	"failure-domain.beta.kubernetes.io/region": true,
+	"failure-domain.beta.kubernetes.io/zone":   true,
+	"topology.kubernetes.io/region":            true,
+	"topology.kubernetes.io/zone":              true,
+}
+
+// NodeLabelKey checks a label key that the kubelet sets on its own node at
+// registration. Besides the label syntax, the kubelet refuses keys in the
+// kubernetes.io and k8s.io namespaces except a few well-known ones and the
+// kubelet.kubernetes.io/ and node.kubernetes.io/ prefixes; such a label would
+// stop the node from ever joining, so it is refused here.
+func NodeLabelKey(k string) error {
+	if err := LabelKey(k); err != nil {
+		return err
+	}
+	i := strings.LastIndexByte(k, '/')
+	if i < 0 {
+		return nil
+	}
+	prefix := k[:i]
+	restricted := prefix == "kubernetes.io" || strings.HasSuffix(prefix, ".kubernetes.io") ||
+		prefix == "k8s.io" || strings.HasSuffix(prefix, ".k8s.io")
+	if !restricted || kubeletAllowedLabels[k] {
+		return nil
+	}
+	if prefix == "kubelet.kubernetes.io" || strings.HasSuffix(prefix, ".kubelet.kubernetes.io") ||
+		prefix == "node.kubernetes.io" || strings.HasSuffix(prefix, ".node.kubernetes.io") {
+		return nil
+	}
+	return fmt.Errorf("the kubelet may not set labels in the %q namespace on its own node (NodeRestriction); use another prefix, or node.kubernetes.io/", prefix)
+}
+
+// DisplayName checks a free-text name shown in UIs.
+func DisplayName(s string) error {
+	if strings.TrimSpace(s) == "" {
+		return errors.New("must not be empty")
+	}
+	if !utf8.ValidString(s) {
+		return errors.New("must be valid UTF-8")
+	}
+	if n := utf8.RuneCountInString(s); n > 100 {
+		return fmt.Errorf("must be at most 100 characters, got %d", n)
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			return errors.New("must not contain control characters")
+		}
+	}
+	return nil
+}
+
+// Text checks a free-text message (a revision message, say): valid UTF-8,
+// bounded, no control characters except newline and tab.
+func Text(s string, max int) error {
+	if !utf8.ValidString(s) {
+		return errors.New("must be valid UTF-8")
+	}
+	if n := utf8.RuneCountInString(s); n > max {
+		return fmt.Errorf("must be at most %d characters, got %d", max, n)
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) && r != '\n' && r != '\t' {
+			return errors.New("must not contain control characters")
+		}
+	}
+	return nil
+}
+
+// AgentCredentialPlaceholder is the token that the boot service replaces,
+// byte for byte, with a machine's agent credential in the rendered
+// Ignition. It uses only characters that neither a data URL nor JSON
+// escapes, so it appears verbatim; no user-settable field may contain it.
+const AgentCredentialPlaceholder = "ANVIL_AGENT_CREDENTIAL_PLACEHOLDER_0F6C1B9E2D7A4853_REPLACED_BY_THE_BOOT_SERVICE"
+
+// NoPlaceholder refuses text that contains the agent credential placeholder.
+func NoPlaceholder(s string) error {
+	if strings.Contains(s, AgentCredentialPlaceholder) {
+		return errors.New("must not contain the reserved agent credential placeholder")
+	}
+	return nil
+}

@@ -1,0 +1,54 @@
+package pool
+
+import "time"
+
+// Created records a new pool. Its first revision follows in the same
+// append as a RevisionCreated.
+type Created struct {
+	Name        string  `json:"name"`
+	Cluster     string  `json:"cluster"`
+	DisplayName string  `json:"display_name"`
+	Rollout     Rollout `json:"rollout"`
+}
+
+// RevisionCreated records a new immutable revision.
+type RevisionCreated struct {
+	Revision Revision `json:"revision"`
+}
+
+// SettingsChanged carries the new values of the settings that need no
+// reboot (and so make no revision).
+type SettingsChanged struct {
+	DisplayName string  `json:"display_name"`
+	Rollout     Rollout `json:"rollout"`
+}
+
+// ApplyRequested asks the rollout service to bring the pool's machines to
+// a revision. It carries the rollout strategy in force when asked, so that
+// a rollout does not depend on reading the pool again.
+type ApplyRequested struct {
+	Pool        string    `json:"pool"`
+	Cluster     string    `json:"cluster"`
+	Revision    int       `json:"revision"`
+	Hash        string    `json:"hash"`
+	Rollback    bool      `json:"rollback"` // older than the revision applied before
+	RequestedBy string    `json:"requested_by"`
+	RequestedAt time.Time `json:"requested_at"`
+	Rollout     Rollout   `json:"rollout"`
+}
+
+// Deleted records that the pool is gone; its name is not reused.
+type Deleted struct {
+	DeletedBy string `json:"deleted_by"`
+}
+
+func (Created) EventType() string         { return "pool.created" }
+func (RevisionCreated) EventType() string { return "pool.revision_created" }
+func (SettingsChanged) EventType() string { return "pool.settings_changed" }
+func (ApplyRequested) EventType() string  { return "pool.apply_requested" }
+func (Deleted) EventType() string         { return "pool.deleted" }
+
+// EventTypes returns a zero value of every payload, for registration.
+func EventTypes() []any {
+	return []any{Created{}, RevisionCreated{}, SettingsChanged{}, ApplyRequested{}, Deleted{}}
+}
