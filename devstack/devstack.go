@@ -37,7 +37,7 @@ type Config struct {
 	// EncryptionKeys seal cluster credentials (ANVIL_REVISIONS_ENCRYPTION_KEYS);
 	// generated on first start when empty and kept in the data directory.
 	EncryptionKeys string
-	Logger      *slog.Logger
+	Logger         *slog.Logger
 }
 
 // Stack is a running dev stack.

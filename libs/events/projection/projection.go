@@ -77,7 +77,7 @@ type Runner struct {
 	rebuild chan chan error
 
 	lagMetric, checkpointMetric interface{ Set(float64) }
-	appliedInc                                 func()
+	appliedInc                  func()
 
 	mu      sync.Mutex
 	applied *sync.Cond // broadcast whenever the checkpoint moves

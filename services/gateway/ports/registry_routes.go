@@ -78,7 +78,7 @@ type AssignBody struct {
 }
 
 type orgReq struct {
-	org, at string
+	org, at  string
 	expected uint64
 	body     any
 }
