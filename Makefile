@@ -13,7 +13,7 @@ TEST_TIMEOUT ?= 35m
 TESTFLAGS ?=
 BENCH ?= .
 BENCHTIME ?= 1x
-STATICCHECK_VERSION ?= 2025.1.1
+STATICCHECK_VERSION ?= v0.8.2
 
 .PHONY: run test bench lint fmt tidy demo
 

@@ -77,17 +77,10 @@ type AssignBody struct {
 	Pool string `json:"pool"`
 }
 
-type orgReq struct {
-	org, at  string
-	expected uint64
-	body     any
-}
-
 type machineReq struct {
 	org, uuid string
 	expected  uint64
 	cmds      []machine.Command
-	at        string
 }
 
 func (h *handler) registryRoutes() []route {

@@ -154,7 +154,7 @@ func (c Catalog) Latest(m Minor) (Version, error) {
 		}
 	}
 	if best.IsZero() {
-		return Version{}, fmt.Errorf("Kubernetes %s is not supported (supported minors: %s)", m, c.minorList())
+		return Version{}, fmt.Errorf("minor %s of Kubernetes is not supported (supported minors: %s)", m, c.minorList())
 	}
 	return best, nil
 }
@@ -193,7 +193,7 @@ func CheckSkew(controlPlane, kubelet Version) error {
 // breaks the skew policy against the control plane.
 func (c Catalog) CheckKubelet(controlPlane, kubelet Version) error {
 	if !c.Has(kubelet) {
-		return fmt.Errorf("Kubernetes %s is not in the catalog of supported versions", kubelet)
+		return fmt.Errorf("kubelet %s is not in the catalog of supported Kubernetes versions", kubelet)
 	}
 	if controlPlane.IsZero() {
 		return errors.New("the cluster's control plane version is not known, so the skew policy cannot be checked")
