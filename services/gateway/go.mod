@@ -72,3 +72,7 @@ require (
 )
 
 replace github.com/anvil-fleet/anvil/services/registry => ../registry
+
+require github.com/anvil-fleet/anvil/services/revisions v0.0.0
+
+replace github.com/anvil-fleet/anvil/services/revisions => ../revisions

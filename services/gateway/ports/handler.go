@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
 
@@ -55,12 +56,28 @@ type route struct {
 	Response     any // zero value of the JSON answer
 	Status       int // success status
 	Query        []string
+	NotInBody    []string // request fields filled from the path, headers or query
 	Endpoint     endpoint.Endpoint
 	Decode       httptransport.DecodeRequestFunc
 }
 
 // versioned answers carry an ETag.
 type versioned interface{ ETagVersion() uint64 }
+
+// etagVersion is the answer's version: from ETagVersion, or else a
+// top-level uint64 field named Version (the services' replies).
+func etagVersion(resp any) uint64 {
+	if v, ok := resp.(versioned); ok {
+		return v.ETagVersion()
+	}
+	rv := reflect.ValueOf(resp)
+	if rv.Kind() == reflect.Struct {
+		if f := rv.FieldByName("Version"); f.IsValid() && f.Kind() == reflect.Uint64 {
+			return f.Uint()
+		}
+	}
+	return 0
+}
 
 type ctxKey int
 
@@ -90,6 +107,7 @@ func NewHandler(d Deps) http.Handler {
 	h := &handler{Deps: d, log: d.Log}
 	h.routes = append(h.routes, h.registryRoutes()...)
 	h.routes = append(h.routes, h.eventRoutes()...)
+	h.routes = append(h.routes, h.revisionRoutes()...)
 
 	mux := http.NewServeMux()
 	for _, rt := range h.routes {
@@ -170,8 +188,8 @@ func (h *handler) principal(r *http.Request) (domain.Principal, error) {
 
 func (h *handler) encoder(rt route) httptransport.EncodeResponseFunc {
 	return func(ctx context.Context, w http.ResponseWriter, resp any) error {
-		if v, ok := resp.(versioned); ok && v.ETagVersion() > 0 {
-			w.Header().Set("ETag", strconv.Quote(strconv.FormatUint(v.ETagVersion(), 10)))
+		if v := etagVersion(resp); v > 0 {
+			w.Header().Set("ETag", strconv.Quote(strconv.FormatUint(v, 10)))
 		}
 		if rt.Status == http.StatusNoContent {
 			w.WriteHeader(http.StatusNoContent)

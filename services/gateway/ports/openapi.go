@@ -48,7 +48,7 @@ func openAPI(routes []route) []byte {
 		}
 		if rt.Request != nil {
 			op["requestBody"] = map[string]any{"required": true, "content": map[string]any{
-				"application/json": map[string]any{"schema": schemaOf(reflect.TypeOf(rt.Request), defs)}}}
+				"application/json": map[string]any{"schema": bodySchema(reflect.TypeOf(rt.Request), rt.NotInBody, defs)}}}
 		}
 		if rt.Min != domain.RoleNone {
 			op["security"] = []any{map[string]any{"bearer": []any{}}}
@@ -84,6 +84,32 @@ func openAPI(routes []route) []byte {
 		panic(err) // the document is built from static types; a failure is a bug caught by every test
 	}
 	return b
+}
+
+// bodySchema is a request body's schema, inlined, without the fields that
+// come from the path, headers or query.
+func bodySchema(t reflect.Type, notInBody []string, defs map[string]any) map[string]any {
+	if t.Kind() != reflect.Struct || t == timeType {
+		return schemaOf(t, defs)
+	}
+	s := structSchema(t, defs)
+	props := s["properties"].(map[string]any)
+	var required []any
+	for _, f := range notInBody {
+		delete(props, f)
+	}
+	if req, ok := s["required"].([]any); ok {
+		for _, r := range req {
+			if _, kept := props[r.(string)]; kept {
+				required = append(required, r)
+			}
+		}
+		s["required"] = required
+		if len(required) == 0 {
+			delete(s, "required")
+		}
+	}
+	return s
 }
 
 func response(rt route, defs map[string]any) map[string]any {

@@ -2,6 +2,7 @@ package service_test
 
 import (
 	"bytes"
+	"encoding/base64"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -24,6 +25,7 @@ import (
 	regapi "github.com/anvil-fleet/anvil/services/registry/api"
 	"github.com/anvil-fleet/anvil/services/registry/app"
 	registry "github.com/anvil-fleet/anvil/services/registry/service"
+	revisions "github.com/anvil-fleet/anvil/services/revisions/service"
 )
 
 const adminToken = "anvil_admin_test_bootstrap_token_0123456789"
@@ -57,6 +59,14 @@ func startStack(t testing.TB) *stack {
 	go func() {
 		defer wg.Done()
 		_ = registry.Start(ctx, registry.Config{Config: svc.Config{Service: "registry"}}, svc.Options{Conn: env.Conn}, ready)
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		err := revisions.Run(ctx, revisions.Config{Config: svc.Config{Service: "revisions"}, EncryptionKeys: "k1:" + base64.StdEncoding.EncodeToString(make([]byte, 32))}, svc.Options{Conn: env.Conn})
+		if err != nil && ctx.Err() == nil {
+			t.Errorf("revisions: %v", err)
+		}
 	}()
 	addr := freeAddr(t)
 	go func() {

@@ -52,12 +52,12 @@ func TestAccessControlMatrix(t *testing.T) {
 		for method, op := range ops {
 			routes++
 			need := strings.TrimSuffix(strings.TrimPrefix(op.Description, "Needs the "), " role.")
-			url := strings.NewReplacer("{org}", "acme", "{uuid}", uuid, "{id}", "no-such-token").Replace(path)
+			url := strings.NewReplacer("{org}", "acme", "{uuid}", uuid, "{id}", "no-such-token", "{name}", "c1", "{pool}", "p1", "{n}", "1").Replace(path)
 			for _, c := range callers {
 				// A body that is valid JSON but mostly empty: the point is who
 				// gets past authorization, not what the command does.
 				var body any
-				if method == "post" || method == "patch" {
+				if method == "post" || method == "patch" || method == "put" {
 					body = map[string]any{}
 				}
 				r := s.do(strings.ToUpper(method), url, c.tok, body, nil, nil)

@@ -1,0 +1,157 @@
+package ports
+
+import (
+	"context"
+	"net/http"
+	"reflect"
+	"strconv"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/anvil-fleet/anvil/libs/events/errs"
+	"github.com/anvil-fleet/anvil/services/gateway/domain"
+	rev "github.com/anvil-fleet/anvil/services/revisions/api"
+)
+
+// setField sets a string, int or uint64 field by its JSON name.
+func setField(v reflect.Value, jsonName string, value string) error {
+	t := v.Type()
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		if name != jsonName {
+			continue
+		}
+		f := v.Field(i)
+		switch f.Kind() {
+		case reflect.String:
+			f.SetString(value)
+		case reflect.Int:
+			n, err := strconv.Atoi(value)
+			if err != nil || n < 1 {
+				return errs.Invalid(jsonName, "must be a positive integer")
+			}
+			f.SetInt(int64(n))
+		case reflect.Uint64:
+			n, err := strconv.ParseUint(value, 10, 64)
+			if err != nil {
+				return errs.Invalid(jsonName, "must be a non-negative integer")
+			}
+			f.SetUint(n)
+		}
+	}
+	return nil
+}
+
+// renameField reports a field error under the query parameter's name.
+func renameField(err error, field, param string) error {
+	if err == nil || field == param {
+		return err
+	}
+	e := *errs.As(err)
+	e.Fields = append([]errs.FieldError(nil), e.Fields...)
+	for i := range e.Fields {
+		if e.Fields[i].Field == field {
+			e.Fields[i].Field = param
+		}
+	}
+	return &e
+}
+
+// revRoute is a route onto the revisions service: path values fill the
+// request's fields of the same JSON name ({pool} fills "pool" and, for
+// pool routes, "name"), If-Match fills expected_version, ?at fills at.
+func revRoute[Req, Resp any](h *handler, method, path string, min domain.Role, status int, summary string, withBody bool,
+	call func(context.Context, *nats.Conn, Req) (Resp, error), params map[string]string, query ...string) route {
+	var zero Req
+	var queryNames []string
+	for _, q := range query {
+		param, _, _ := strings.Cut(q, "=")
+		queryNames = append(queryNames, param)
+	}
+	rt := route{Method: method, Path: path, Min: min, Summary: summary, Response: *new(Resp), Status: status, Query: queryNames,
+		Decode: func(_ context.Context, r *http.Request) (any, error) {
+			var req Req
+			if withBody {
+				if err := readJSON(r, h.BodyLimit, &req); err != nil {
+					return nil, err
+				}
+			}
+			v := reflect.ValueOf(&req).Elem()
+			var f errs.Fields
+			for pathName, field := range params {
+				f.Merge("", setField(v, field, r.PathValue(pathName)))
+			}
+			if expected, err := ifMatch(r); err != nil {
+				f.Merge("", err)
+			} else if expected > 0 {
+				f.Merge("", setField(v, "expected_version", strconv.FormatUint(expected, 10)))
+			}
+			for _, q := range query {
+				param, field, renamed := strings.Cut(q, "=") // "against=from": ?against= fills from
+				if !renamed {
+					field = param
+				}
+				if val := r.URL.Query().Get(param); val != "" {
+					f.Merge("", renameField(setField(v, field, val), field, param))
+				}
+			}
+			return req, f.Err()
+		},
+		Endpoint: func(ctx context.Context, req any) (any, error) { return call(ctx, h.NC, req.(Req)) },
+	}
+	if withBody {
+		rt.Request = zero
+	}
+	rt.NotInBody = []string{"expected_version", "min_version"}
+	for _, q := range query {
+		_, field, renamed := strings.Cut(q, "=")
+		if !renamed {
+			field = q
+		}
+		rt.NotInBody = append(rt.NotInBody, field)
+	}
+	for _, field := range params {
+		rt.NotInBody = append(rt.NotInBody, field)
+	}
+	return rt
+}
+
+func (h *handler) revisionRoutes() []route {
+	const (
+		clusters = "/api/v1/orgs/{org}/clusters"
+		cluster  = clusters + "/{name}"
+		pools    = "/api/v1/orgs/{org}/pools"
+		pool     = pools + "/{pool}"
+		revs     = pool + "/revisions"
+		one      = revs + "/{n}"
+	)
+	orgOnly := map[string]string{"org": "org"}
+	named := map[string]string{"org": "org", "name": "name"}
+	poolNamed := map[string]string{"org": "org", "pool": "name"}
+	poolRef := map[string]string{"org": "org", "pool": "pool"}
+	revRef := map[string]string{"org": "org", "pool": "pool", "n": "revision"}
+	A, V := domain.RoleAdmin, domain.RoleViewer
+	return []route{
+		revRoute(h, "GET", clusters, V, 200, "List clusters", false, rev.ListClusters, orgOnly),
+		revRoute(h, "POST", clusters, A, 201, "Create a cluster (its kubeconfig and bootstrap token are sealed at rest)", true, rev.CreateCluster, orgOnly),
+		revRoute(h, "GET", cluster, V, 200, "Get a cluster, now or ?at= a past time or sequence", false, rev.GetCluster, named, "at"),
+		revRoute(h, "PATCH", cluster, A, 200, "Change a cluster's endpoint, control-plane version or CA hash", true, rev.UpdateCluster, named),
+		revRoute(h, "PUT", cluster+"/kubeconfig", A, 200, "Replace the kubeconfig used to cordon and drain", true, rev.RotateKubeconfig, named),
+		revRoute(h, "PUT", cluster+"/bootstrap-token", A, 200, "Replace the join bootstrap token", true, rev.RotateBootstrapToken, named),
+		revRoute(h, "DELETE", cluster, A, 200, "Delete a cluster (refused while pools remain)", false, rev.DeleteCluster, named),
+
+		revRoute(h, "GET", pools, V, 200, "List machine pools", false, rev.ListPools, orgOnly, "cluster"),
+		revRoute(h, "POST", pools, A, 201, `Create a pool: "Save" makes revision 1; with "apply": true ("Save & Apply") it is also rolled out`, true, rev.CreatePool, orgOnly),
+		revRoute(h, "GET", pool, V, 200, "Get a pool, now or ?at= a past time or sequence", false, rev.GetPool, poolNamed, "at"),
+		revRoute(h, "PUT", pool, A, 200, `Change a pool: a change that needs a reboot makes a new revision; "apply": true also rolls it out`, true, rev.UpdatePool, poolNamed),
+		revRoute(h, "DELETE", pool, A, 200, "Delete a pool", false, rev.DeletePool, poolNamed),
+		revRoute(h, "GET", revs, V, 200, "List a pool's revisions", false, rev.ListRevisions, poolRef),
+		revRoute(h, "GET", one, V, 200, "Get one revision", false, rev.GetRevision, revRef),
+		revRoute(h, "GET", one+"/diff", V, 200, "Diff a revision ?against= another: fields and the rendered Ignition", false,
+			func(ctx context.Context, nc *nats.Conn, r rev.DiffRevisionsRequest) (rev.RevisionDiff, error) { return rev.DiffRevisions(ctx, nc, r) },
+			map[string]string{"org": "org", "pool": "pool", "n": "to"}, "against=from"),
+		revRoute(h, "GET", one+"/ignition", V, 200, "The revision's rendered Ignition (credentials left as placeholders)", false, rev.PreviewIgnition, revRef),
+		revRoute(h, "POST", one+"/apply", domain.RoleOperator, 200, "Roll this revision out (an older one is a rollback; the current one re-reboots)", false, rev.ApplyRevision, revRef),
+	}
+}
