@@ -149,7 +149,9 @@ func (h *handler) revisionRoutes() []route {
 		revRoute(h, "GET", revs, V, 200, "List a pool's revisions", false, rev.ListRevisions, poolRef),
 		revRoute(h, "GET", one, V, 200, "Get one revision", false, rev.GetRevision, revRef),
 		revRoute(h, "GET", one+"/diff", V, 200, "Diff a revision ?against= another: fields and the rendered Ignition", false,
-			func(ctx context.Context, nc *nats.Conn, r rev.DiffRevisionsRequest) (rev.RevisionDiff, error) { return rev.DiffRevisions(ctx, nc, r) },
+			func(ctx context.Context, nc *nats.Conn, r rev.DiffRevisionsRequest) (rev.RevisionDiff, error) {
+				return rev.DiffRevisions(ctx, nc, r)
+			},
 			map[string]string{"org": "org", "pool": "pool", "n": "to"}, "against=from"),
 		revRoute(h, "GET", one+"/ignition", V, 200, "The revision's rendered Ignition (credentials left as placeholders)", false, rev.PreviewIgnition, revRef),
 		revRoute(h, "POST", one+"/apply", domain.RoleOperator, 200, "Roll this revision out (an older one is a rollback; the current one re-reboots)", false, rev.ApplyRevision, revRef),

@@ -46,8 +46,8 @@ func TestClusterPoolRevisionRoutes(t *testing.T) {
 	spec["kubernetes"] = map[string]any{"minor": "1.34"}
 	spec["apply"] = true
 	var change struct {
-		RevisionCreated int  `json:"revision_created"`
-		ApplyRequested  int  `json:"apply_requested"` // the revision asked to be rolled out
+		RevisionCreated int `json:"revision_created"`
+		ApplyRequested  int `json:"apply_requested"` // the revision asked to be rolled out
 	}
 	r = s.do("PUT", base+"/pools/workers", tn.admin, spec, map[string]string{"If-Match": etag}, &change)
 	if r.status != 200 || change.RevisionCreated != 2 || change.ApplyRequested != 2 {
@@ -88,7 +88,9 @@ func TestClusterPoolRevisionRoutes(t *testing.T) {
 		t.Fatalf("apply a missing revision: %d %s", r.status, r.body)
 	}
 	// the audit log has it all, with the admin as actor
-	var events struct{ Items []struct{ Type, Actor string } }
+	var events struct {
+		Items []struct{ Type, Actor string }
+	}
 	s.do("GET", base+"/events?aggregate=pool/workers", tn.viewer, nil, nil, &events)
 	types := []string{}
 	for _, e := range events.Items {

@@ -58,8 +58,10 @@ const (
 // It returns the state after the appended events.
 //
 // cached, when not nil, offers the projection's copy of the state and its
-// version as the starting point, which saves reading the log; a stale copy
-// only costs a conflict, after which the log is read.
+// version as the starting point, which saves reading the log. It is trusted
+// only as far as the optimistic append confirms it: a stale copy costs a
+// conflict, and any refusal or no-op decided on it is decided again on the
+// log.
 func decideAndAppend[S any](ctx context.Context, store events.Store, ref events.AggregateRef, expected uint64,
 	cached func() (S, uint64), fold func(envs []events.Envelope) (S, error), decide func(S) ([]any, error), evolve func(S, []any) S) (S, []events.Envelope, uint64, error) {
 	var zero S
@@ -85,6 +87,11 @@ func decideAndAppend[S any](ctx context.Context, store events.Store, ref events.
 			return zero, nil, version, errs.Precondition("%s is at version %d, not %d", ref.Type, version, expected)
 		}
 		evs, err := decide(state)
+		if (err != nil || len(evs) == 0) && attempt == 0 && cached != nil {
+			// Only an append checks that the cached copy was current; a
+			// refusal or a no-op decided on it must be decided again on the log.
+			continue
+		}
 		if err != nil || len(evs) == 0 {
 			return state, nil, version, err
 		}
