@@ -15,13 +15,30 @@ BENCH ?= .
 BENCHTIME ?= 1x
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: run test bench lint fmt tidy demo
+.PHONY: run test bench lint fmt tidy deps kube-bins qemu
 
 run: ## start the control plane on an embedded JetStream
 	$(GO) run ./devstack/cmd/anvil-dev
 
-test: ## go test -race over every module
+test: deps ## go test -race over every module
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TESTFLAGS) $(PKGS)
+
+deps: kube-bins qemu ## what the tests need beyond Go, installed or built once and cached
+
+kube-bins: ## etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok, built once into ~/.cache/anvil
+	bash tools/kubebins/build.sh
+
+# QEMU with iPXE option ROMs, for the real-firmware boot test; from Debian's
+# packages, installed only when missing (needs root, as on CI).
+qemu:
+	@if command -v qemu-system-x86_64 >/dev/null 2>&1 && [ -d /usr/lib/ipxe/qemu ]; then \
+		echo "qemu and ipxe-qemu are installed"; \
+	elif [ "$$(id -u)" = 0 ]; then \
+		echo "installing qemu-system-x86 and ipxe-qemu from Debian"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends qemu-system-x86 ipxe-qemu >/dev/null; \
+	else \
+		echo "qemu-system-x86 and ipxe-qemu are missing and this is not root: the real-firmware test will say so and skip"; \
+	fi
 
 bench: ## benchmarks, each reported against a baseline measured in the same run
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) -benchmem -timeout 60m $(PKGS)

@@ -10,44 +10,6 @@ import (
 	"sync"
 )
 
-// readyAgainStage makes kwok do what a kubelet does when its node comes
-// back: report running pods Ready again. kube-controller-manager marks the
-// pods of a NotReady node unready, and kwok's shipped stages only ever move
-// pods forward from Pending, so without this a node made Ready again by
-// SetNodeReady would keep unready pods for ever.
-const readyAgainStage = `apiVersion: kwok.x-k8s.io/v1alpha1
-kind: Stage
-metadata:
-  name: kubeharness-pod-ready-again
-spec:
-  resourceRef:
-    apiGroup: v1
-    kind: Pod
-  selector:
-    matchExpressions:
-    - key: '.metadata.deletionTimestamp'
-      operator: 'DoesNotExist'
-    - key: '.status.phase'
-      operator: 'In'
-      values: ['Running']
-    - key: '.status.conditions.[] | select( .type == "Ready" ) | .status'
-      operator: 'NotIn'
-      values: ['True']
-  next:
-    patches:
-    - subresource: status
-      root: status
-      type: strategic
-      template: |
-        conditions:
-        - type: Ready
-          status: "True"
-          lastTransitionTime: {{ Now | Quote }}
-        - type: ContainersReady
-          status: "True"
-          lastTransitionTime: {{ Now | Quote }}
-`
-
 // defaultStages caches "kwok default-stages" per binary, since every
 // control plane in a test binary would ask for the same text.
 var defaultStages sync.Map // binary path -> []byte
@@ -86,8 +48,7 @@ leaderElection:
 		return "", "", err
 	}
 	kwok = filepath.Join(s.cp.Dir, "kwok.yaml")
-	config := append(append([]byte{}, stages...), "\n---\n"+readyAgainStage...)
-	if err := os.WriteFile(kwok, config, 0o600); err != nil {
+	if err := os.WriteFile(kwok, stages, 0o600); err != nil {
 		return "", "", err
 	}
 	return scheduler, kwok, nil

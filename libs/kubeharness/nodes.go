@@ -23,8 +23,9 @@ const (
 	ControlPlaneLabel = "node-role.kubernetes.io/control-plane"
 )
 
-// DefaultWaitTimeout bounds the helpers' waits when ctx has no deadline.
-const DefaultWaitTimeout = 60 * time.Second
+// DefaultWaitTimeout bounds the helpers' waits when ctx has no deadline. It
+// is generous because test machines are shared; it only matters on failure.
+const DefaultWaitTimeout = 2 * time.Minute
 
 // Node describes a node to create.
 type Node struct {
@@ -88,12 +89,15 @@ func NodeIsReady(n *corev1.Node) bool {
 	return false
 }
 
-// SetNodeNotReady makes a node look like one whose kubelet went away: kwok
-// stops managing it (no more lease renewals, pod status or pod deletion),
-// and its Ready condition becomes False. kube-controller-manager then
-// reacts as in a real cluster: it taints the node, marks its pods unready,
-// and after its grace period (50s) turns the condition to Unknown. Pods
-// evicted from it stay Terminating, as they would with a dead kubelet.
+// SetNodeNotReady makes a node look like one whose kubelet reports
+// NotReady and then goes quiet: kwok stops managing it (no lease renewals,
+// no pod status, no pod deletion) and its Ready condition becomes False.
+// kube-controller-manager then reacts as in a real cluster: it taints the
+// node not-ready, turns the condition to Unknown once the lease is older
+// than its grace period (50s), and evicts pods whose toleration runs out
+// (300s by default). Pods keep the status they had; a pod deleted or
+// evicted from the node stays Terminating until SetNodeReady, as with a
+// dead kubelet.
 func (cp *ControlPlane) SetNodeNotReady(ctx context.Context, name string) error {
 	if err := cp.patchNodeLabel(ctx, name, nil); err != nil {
 		return err
@@ -131,8 +135,8 @@ func (cp *ControlPlane) SetNodeNotReady(ctx context.Context, name string) error 
 	return err
 }
 
-// SetNodeReady hands a node back to kwok, which reports it Ready again and
-// its running pods Ready again, and waits for the node to be Ready.
+// SetNodeReady hands a node back to kwok and waits until kwok reports it
+// Ready. kwok then also finishes deleting the node's Terminating pods.
 func (cp *ControlPlane) SetNodeReady(ctx context.Context, name string) error {
 	v := "true"
 	if err := cp.patchNodeLabel(ctx, name, &v); err != nil {

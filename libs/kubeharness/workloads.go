@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/util/retry"
 )
 
 // pauseImage is never pulled: kwok only pretends to run containers.
@@ -149,6 +150,60 @@ func (cp *ControlPlane) WaitPodReady(ctx context.Context, namespace, name string
 	return pod, err
 }
 
+// WaitPodGone waits until the pod no longer exists.
+func (cp *ControlPlane) WaitPodGone(ctx context.Context, namespace, name string) error {
+	return cp.waitFor(ctx, fmt.Sprintf("pod %s/%s gone", namespace, name), func(ctx context.Context) (bool, error) {
+		_, err := cp.Client.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		return false, err
+	})
+}
+
+// SetPodReady sets the pod's Ready condition, as a kubelet does when a
+// readiness probe starts failing or passes again. kwok leaves a running
+// pod's readiness alone, so the change sticks; the disruption controller
+// counts an unready pod as unhealthy.
+func (cp *ControlPlane) SetPodReady(ctx context.Context, namespace, name string, ready bool) error {
+	status := corev1.ConditionFalse
+	if ready {
+		status = corev1.ConditionTrue
+	}
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		pod, err := cp.Client.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for _, typ := range []corev1.PodConditionType{corev1.PodReady, corev1.ContainersReady} {
+			setPodCondition(pod, typ, status)
+		}
+		for i := range pod.Status.ContainerStatuses {
+			pod.Status.ContainerStatuses[i].Ready = ready
+		}
+		_, err = cp.Client.CoreV1().Pods(namespace).UpdateStatus(ctx, pod, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("set pod %s/%s Ready=%t: %w", namespace, name, ready, err)
+	}
+	return nil
+}
+
+func setPodCondition(pod *corev1.Pod, typ corev1.PodConditionType, status corev1.ConditionStatus) {
+	for i := range pod.Status.Conditions {
+		c := &pod.Status.Conditions[i]
+		if c.Type == typ {
+			if c.Status != status {
+				c.Status, c.LastTransitionTime = status, metav1.Now()
+			}
+			return
+		}
+	}
+	pod.Status.Conditions = append(pod.Status.Conditions,
+		corev1.PodCondition{Type: typ, Status: status, LastTransitionTime: metav1.Now()})
+}
+
 // PodIsReady reports whether the pod's Ready condition is True.
 func PodIsReady(p *corev1.Pod) bool {
 	for _, c := range p.Status.Conditions {
@@ -268,10 +323,10 @@ func namespaceOrDefault(ns string) string {
 }
 
 // podSpec completes a pod spec with one container that kwok will report as
-// running. A zero grace period keeps deletions from waiting on nothing.
+// running. The grace period stays at its default: kwok deletes a managed
+// node's pods at once anyway, and on a NotReady node deletion should hang
+// as it does in a real cluster.
 func podSpec(s corev1.PodSpec) corev1.PodSpec {
-	grace := int64(0)
 	s.Containers = []corev1.Container{{Name: "app", Image: pauseImage}}
-	s.TerminationGracePeriodSeconds = &grace
 	return s
 }
