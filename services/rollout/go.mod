@@ -42,6 +42,11 @@ require (
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260928230214-8a89bd6388cc // indirect
 	google.golang.org/grpc v1.83.2 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
+	gopkg.in/yaml.v3 v3.0.1 // indirect
 )
 
 replace github.com/anvil-fleet/anvil/libs/events => ../../libs/events
+
+require github.com/anvil-fleet/anvil/services/revisions v0.0.0
+
+replace github.com/anvil-fleet/anvil/services/revisions => ../revisions
