@@ -15,7 +15,7 @@ BENCH ?= .
 BENCHTIME ?= 1x
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: run test bench lint fmt tidy deps kube-bins qemu
+.PHONY: run test bench lint fmt tidy deps kube-bins qemu ipxe-artifact
 
 run: ## start the control plane on an embedded JetStream
 	$(GO) run ./devstack/cmd/anvil-dev
@@ -28,17 +28,23 @@ deps: kube-bins qemu ## what the tests need beyond Go, installed or built once a
 kube-bins: ## etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok, built once into ~/.cache/anvil
 	bash tools/kubebins/build.sh
 
-# QEMU with iPXE option ROMs, for the real-firmware boot test; from Debian's
-# packages, installed only when missing (needs root, as on CI).
+# QEMU with iPXE option ROMs and Debian's iPXE images, for the real-firmware
+# boot tests (ipxe.lkrn boots the built artifact); installed only when
+# missing, which needs root, as on CI.
+QEMU_PKGS := qemu-system-x86 ipxe-qemu ipxe
 qemu:
-	@if command -v qemu-system-x86_64 >/dev/null 2>&1 && [ -d /usr/lib/ipxe/qemu ]; then \
-		echo "qemu and ipxe-qemu are installed"; \
+	@if command -v qemu-system-x86_64 >/dev/null 2>&1 && [ -d /usr/lib/ipxe/qemu ] && [ -e /usr/lib/ipxe/ipxe.lkrn ]; then \
+		echo "qemu, ipxe-qemu and ipxe are installed"; \
 	elif [ "$$(id -u)" = 0 ]; then \
-		echo "installing qemu-system-x86 and ipxe-qemu from Debian"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends qemu-system-x86 ipxe-qemu >/dev/null; \
+		echo "installing $(QEMU_PKGS) from Debian"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(QEMU_PKGS) >/dev/null; \
 	else \
-		echo "qemu-system-x86 and ipxe-qemu are missing and this is not root: the real-firmware test will say so and skip"; \
+		echo "$(QEMU_PKGS) are missing and this is not root: the real-firmware tests will say so and skip"; \
 	fi
+
+URL ?= http://127.0.0.1:8081/boot.ipxe?token=REPLACE_WITH_ENROLLMENT_TOKEN
+ipxe-artifact: ## a bootable iPXE artifact with the chain URL built in: make ipxe-artifact URL=…
+	bash services/boot/ipxe/build.sh --url "$(URL)" --out ipxe-out
 
 bench: ## benchmarks, each reported against a baseline measured in the same run
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) -benchmem -timeout 60m $(PKGS)

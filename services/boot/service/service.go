@@ -1,42 +1,251 @@
-// Package service wires the boot service: its runtime, handlers and ports.
+// Package service wires the boot service: its runtime, KV stores, clients,
+// event handlers, NATS queries and HTTP listeners.
 package service
 
 import (
 	"context"
-	"flag"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
 
 	"github.com/anvil-fleet/anvil/libs/events"
+	"github.com/anvil-fleet/anvil/libs/events/command"
+	"github.com/anvil-fleet/anvil/libs/events/handler"
 	"github.com/anvil-fleet/anvil/libs/events/svc"
+	"github.com/anvil-fleet/anvil/services/boot/adapters"
+	"github.com/anvil-fleet/anvil/services/boot/api"
+	"github.com/anvil-fleet/anvil/services/boot/app"
+	"github.com/anvil-fleet/anvil/services/boot/domain/signing"
+	"github.com/anvil-fleet/anvil/services/boot/ports"
 )
 
 // Name is the service's name in logs, metrics and NATS queue groups.
 const Name = "boot"
 
-// Config is the boot service's configuration.
-type Config struct {
-	svc.Config
-	Listen string // --listen / ANVIL_BOOT_ADDR
+// NewRegistry returns a registry of every payload type the service reads.
+func NewRegistry() *events.Registry {
+	reg := events.NewRegistry()
+	reg.RegisterAll(api.EventTypes())
+	return reg
 }
 
-// RegisterFlags binds the service's flags, each with an environment default.
-func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	c.Config.RegisterFlags(fs, Name, "")
-	fs.StringVar(&c.Listen, "listen", svc.Env("ANVIL_BOOT_ADDR", "127.0.0.1:8081"), "HTTP listen address (env ANVIL_BOOT_ADDR)")
+// Service is a running boot service, for tests and benchmarks.
+type Service struct {
+	App *app.App
+	// Addr and TLSAddr are the listeners' actual addresses (TLSAddr is
+	// empty without TLS).
+	Addr, TLSAddr string
+	// Cache is the rendered-Ignition cache (nil when Hooks replaced it).
+	Cache *adapters.IgnitionCache
+	// Preparer renders Ignition ahead of boots (nil when disabled).
+	Preparer *app.Preparer
+}
+
+// prepareQueue bounds the machines waiting to be rendered ahead.
+const prepareQueue = 1 << 16
+
+// prepareOn are the machine events after which a machine's next boot needs
+// a render: it was targeted, or renamed or relabelled.
+var prepareOn = []string{"machine.target_revision_set", "machine.hostname_changed", "machine.labels_changed"}
+
+// Hooks adjust a service started by tests and benchmarks.
+type Hooks struct {
+	// Ready receives the service once it serves.
+	Ready chan<- *Service
+	// Renderer replaces the cached revisions-backed renderer (a benchmark
+	// baseline renders on every request).
+	Renderer app.IgnitionSource
+	// Now replaces the clock.
+	Now func() time.Time
 }
 
 // Run starts the service and blocks until ctx ends.
 func Run(ctx context.Context, cfg Config, o svc.Options) error {
-	rt, err := svc.Start(ctx, cfg.Config, events.NewRegistry(), o)
+	return Start(ctx, cfg, o, Hooks{})
+}
+
+// Start runs the service until ctx ends.
+func Start(ctx context.Context, cfg Config, o svc.Options, h Hooks) error {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return fmt.Errorf("%s: %w", Name, err)
+	}
+	rt, err := svc.Start(ctx, cfg.Config, NewRegistry(), o)
 	if err != nil {
 		return err
 	}
 	defer rt.Close(context.WithoutCancel(ctx))
-	srv, err := svc.Serve(cfg.Listen, rt.Health.Mux(nil), rt.Log)
+	log := rt.Log
+
+	keys, err := signingKeys(ctx, cfg, rt, log)
+	if err != nil {
+		return fmt.Errorf("%s: %w", Name, err)
+	}
+	records, err := adapters.NewRecords(ctx, rt.JS, cfg.StreamReplicas)
 	if err != nil {
 		return err
 	}
-	defer srv.Shutdown(context.WithoutCancel(ctx))
-	rt.Log.Info("started", "listen", cfg.Listen)
-	<-ctx.Done()
-	return nil
+	startupLogs, err := adapters.NewStartupLogs(ctx, rt.JS, cfg.StreamReplicas)
+	if err != nil {
+		return err
+	}
+	revisions := adapters.NewRevisions(rt.Conn)
+
+	// Background work stops after the listeners.
+	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopBG()
+	go records.Watch(bg, log)
+
+	s := &Service{}
+	renderer := h.Renderer
+	if renderer == nil {
+		s.Cache = adapters.NewIgnitionCache(revisions.Render, cfg.IgnitionCacheBytes, cfg.IgnitionCacheTTL)
+		defer s.Cache.Close()
+		go s.Cache.WatchClusters(bg, rt.JS, log)
+		renderer = s.Cache
+	}
+	a := &app.App{
+		Registry: adapters.NewRegistry(rt.Conn), Revisions: revisions, Renderer: renderer,
+		Records: records, StartupLogs: startupLogs, Keys: keys, Log: log, Now: h.Now,
+		Settings: app.Settings{
+			AssetBaseURL: cfg.AssetBaseURL, KernelArgs: cfg.kernelArgs(), BootTokenTTL: cfg.BootTokenTTL,
+			RetryInitial: cfg.RetryInitial, RetryMax: cfg.RetryMax, InstructionTTL: cfg.InstructionTTL,
+		},
+	}
+	a.Defaults()
+	s.App = a
+	if cfg.PrepareWorkers > 0 {
+		s.Preparer = app.NewPreparer(a, prepareQueue)
+		go s.Preparer.Run(bg, cfg.PrepareWorkers)
+		go adapters.FollowMachineEvents(bg, rt.JS, prepareOn, s.Preparer.Enqueue, log)
+	}
+
+	router, err := handler.NewRouter(rt.JS, rt.Registry, rt.Poison, log, handler.Options{})
+	if err != nil {
+		return err
+	}
+	ports.RegisterEventHandlers(router, a)
+	routerDone := make(chan error, 1)
+	go func() { routerDone <- router.Run(bg) }()
+	rt.Health.Add("handlers", func(context.Context) error {
+		select {
+		case <-router.Running():
+			return nil
+		default:
+			return errors.New("event handlers are not running yet")
+		}
+	})
+
+	queries := command.NewServer(rt.Conn, api.QueueGroup, 64, log)
+	if err := ports.RegisterQueries(queries, a); err != nil {
+		queries.Close()
+		return err
+	}
+
+	// Long polls end when the service stops, not when their wait runs out.
+	reqCtx, stopRequests := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopRequests()
+	plainLn, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		queries.Close()
+		return fmt.Errorf("%s: listening on %s: %w", Name, cfg.Listen, err)
+	}
+	s.Addr = plainLn.Addr().String()
+	var tlsLn net.Listener
+	tlsPort := ""
+	if cfg.TLSListen != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+		if err != nil {
+			_ = plainLn.Close()
+			queries.Close()
+			return fmt.Errorf("%s: --tls-cert / --tls-key: %w", Name, err)
+		}
+		ln, err := net.Listen("tcp", cfg.TLSListen)
+		if err != nil {
+			_ = plainLn.Close()
+			queries.Close()
+			return fmt.Errorf("%s: listening on %s: %w", Name, cfg.TLSListen, err)
+		}
+		s.TLSAddr = ln.Addr().String()
+		_, tlsPort, _ = net.SplitHostPort(s.TLSAddr)
+		tlsLn = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+	}
+	opts := ports.HTTPOptions{
+		PublicURL: cfg.PublicURL, TLSConfigured: tlsLn != nil, TLSPublicURL: cfg.TLSPublicURL, TLSPort: tlsPort,
+		PlainSecrets: cfg.AllowPlainSecrets, AssetsDir: cfg.AssetsDir, Health: rt.Health, Log: log,
+	}
+	servers := []*http.Server{serve(reqCtx, plainLn, ports.NewHTTP(a, opts), log)}
+	if tlsLn != nil {
+		tlsOpts := opts
+		tlsOpts.TLS = true
+		servers = append(servers, serve(reqCtx, tlsLn, ports.NewHTTP(a, tlsOpts), log))
+	} else {
+		log.Warn("no TLS configured: Ignition (with the cluster's join token and the agent credential) and the agent API are served over plain HTTP; see docs/boot.md")
+	}
+	log.Info("started", "listen", s.Addr, "tls_listen", s.TLSAddr, "public_url", cfg.PublicURL, "asset_base_url", cfg.AssetBaseURL)
+	if h.Ready != nil {
+		h.Ready <- s
+	}
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case err := <-routerDone:
+		runErr = fmt.Errorf("%s: event handlers stopped: %w", Name, err)
+		routerDone <- nil
+	}
+	shutdown(servers, stopRequests)
+	queries.Close()
+	stopBG()
+	_ = router.Close()
+	<-routerDone
+	log.Info("stopped")
+	return runErr
+}
+
+// signingKeys returns the configured keys, or the generated one.
+func signingKeys(ctx context.Context, cfg Config, rt *svc.Runtime, log *slog.Logger) (signing.Keys, error) {
+	if cfg.SigningKeys != "" {
+		return signing.ParseKeys(cfg.SigningKeys)
+	}
+	key, created, err := adapters.GeneratedSigningKey(ctx, rt.JS, cfg.StreamReplicas)
+	if err != nil {
+		return signing.Keys{}, err
+	}
+	if created {
+		log.Warn("no --signing-keys configured: generated a signing key and stored it in JetStream KV " + adapters.KeysBucket + "; set ANVIL_BOOT_SIGNING_KEYS in production")
+	}
+	return signing.NewKeys(key)
+}
+
+// serve serves h on ln until Shutdown.
+func serve(base context.Context, ln net.Listener, h http.Handler, log *slog.Logger) *http.Server {
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       time.Minute,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    1 << 20,
+		BaseContext:       func(net.Listener) context.Context { return base },
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("HTTP server stopped", "addr", ln.Addr().String(), "err", err)
+		}
+	}()
+	return srv
+}
+
+func shutdown(servers []*http.Server, stopRequests context.CancelFunc) {
+	stopRequests() // ends long polls
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, s := range servers {
+		_ = s.Shutdown(ctx)
+	}
 }

@@ -1,0 +1,272 @@
+// Package adapters connects the boot service's app layer to the outside:
+// the registry and revisions services over NATS, and JetStream KV buckets
+// for the boot records, startup logs and the generated signing key.
+package adapters
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/anvil-fleet/anvil/libs/events/errs"
+	"github.com/anvil-fleet/anvil/services/boot/api"
+	"github.com/anvil-fleet/anvil/services/boot/domain/record"
+)
+
+// Bucket names.
+const (
+	RecordsBucket     = "anvil_boot_machines"
+	StartupLogsBucket = "anvil_boot_startup_logs"
+	KeysBucket        = "anvil_boot_keys"
+)
+
+// maxUpdateAttempts bounds the compare-and-swap retries of one update.
+const maxUpdateAttempts = 32
+
+// Records keeps one record.Record per machine in a KV bucket (key
+// <org>.<uuid>, history 1) and lets long polls wait for changes.
+type Records struct {
+	kv  jetstream.KeyValue
+	hub *hub
+}
+
+// NewRecords creates (or reuses) the bucket.
+func NewRecords(ctx context.Context, js jetstream.JetStream, replicas int) (*Records, error) {
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      RecordsBucket,
+		Description: "anvil boot service: per-machine boot records (served machine revisions, instructions)",
+		History:     1,
+		Replicas:    max(replicas, 1),
+		Storage:     jetstream.FileStorage,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("boot records bucket %s: %w", RecordsBucket, err)
+	}
+	return &Records{kv: kv, hub: newHub()}, nil
+}
+
+// Get returns the machine's record, or a zero one.
+func (s *Records) Get(ctx context.Context, org, uuid string) (record.Record, error) {
+	r, _, err := s.get(ctx, org, uuid)
+	return r, err
+}
+
+func (s *Records) get(ctx context.Context, org, uuid string) (record.Record, uint64, error) {
+	if !validKeyPart(org) || !validKeyPart(uuid) {
+		return record.Record{}, 0, errs.Invalid("machine", "organization and UUID must not hold '.', '*', '>' or spaces")
+	}
+	e, err := s.kv.Get(ctx, record.Key(org, uuid))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return record.Record{Org: org, UUID: uuid}, 0, nil
+	}
+	if err != nil {
+		return record.Record{}, 0, errs.Unavailable("reading the boot record of %s/%s: %v", org, uuid, err)
+	}
+	var r record.Record
+	if err := json.Unmarshal(e.Value(), &r); err != nil {
+		return record.Record{}, 0, errs.Internal("the boot record of %s/%s does not decode: %v", org, uuid, err)
+	}
+	r.Org, r.UUID = org, uuid
+	return r, e.Revision(), nil
+}
+
+// Update applies fn and stores the result with compare-and-swap, retrying
+// when another replica wrote in between.
+func (s *Records) Update(ctx context.Context, org, uuid string, fn func(*record.Record) (bool, error)) (record.Record, error) {
+	key := record.Key(org, uuid)
+	for range maxUpdateAttempts {
+		r, rev, err := s.get(ctx, org, uuid)
+		if err != nil {
+			return record.Record{}, err
+		}
+		changed, err := fn(&r)
+		if err != nil || !changed {
+			return r, err
+		}
+		r.Org, r.UUID = org, uuid
+		data, err := json.Marshal(r)
+		if err != nil {
+			return record.Record{}, errs.Internal("encoding the boot record: %v", err)
+		}
+		if rev == 0 {
+			_, err = s.kv.Create(ctx, key, data)
+		} else {
+			_, err = s.kv.Update(ctx, key, data, rev)
+		}
+		switch {
+		case err == nil:
+			s.hub.notify(key) // local waiters need not wait for the watcher
+			return r, nil
+		case errors.Is(err, jetstream.ErrKeyExists), errors.Is(err, jetstream.ErrKeyRevisionMismatch):
+			continue // lost a race: decide again on the newer record
+		default:
+			return record.Record{}, errs.Unavailable("writing the boot record of %s/%s: %v", org, uuid, err)
+		}
+	}
+	return record.Record{}, errs.Unavailable("the boot record of %s/%s changed %d times while being updated", org, uuid, maxUpdateAttempts)
+}
+
+// Wait returns a channel closed at the next change of the machine's record.
+func (s *Records) Wait(org, uuid string) (<-chan struct{}, func()) {
+	return s.hub.wait(record.Key(org, uuid))
+}
+
+// Watch follows every change of the bucket, from any replica, and wakes
+// the waiters of the changed key, until ctx ends. When the watch has to be
+// re-established, every waiter is woken (they re-read), so no change is
+// missed.
+func (s *Records) Watch(ctx context.Context, log *slog.Logger) {
+	for ctx.Err() == nil {
+		w, err := s.kv.WatchAll(ctx, jetstream.UpdatesOnly(), jetstream.MetaOnly())
+		if err != nil {
+			log.Warn("watching the boot records failed; retrying", "err", err)
+			sleepCtx(ctx, time.Second)
+			continue
+		}
+		s.hub.notifyAll()
+		for e := range w.Updates() {
+			if e != nil {
+				s.hub.notify(e.Key())
+			}
+		}
+		_ = w.Stop()
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// hub wakes the long polls waiting on a key.
+type hub struct {
+	mu      sync.Mutex
+	waiters map[string]map[*waiter]struct{}
+}
+
+type waiter struct {
+	ch   chan struct{}
+	once sync.Once
+}
+
+func (w *waiter) fire() { w.once.Do(func() { close(w.ch) }) }
+
+func newHub() *hub { return &hub{waiters: map[string]map[*waiter]struct{}{}} }
+
+func (h *hub) wait(key string) (<-chan struct{}, func()) {
+	w := &waiter{ch: make(chan struct{})}
+	h.mu.Lock()
+	set := h.waiters[key]
+	if set == nil {
+		set = map[*waiter]struct{}{}
+		h.waiters[key] = set
+	}
+	set[w] = struct{}{}
+	h.mu.Unlock()
+	return w.ch, func() {
+		h.mu.Lock()
+		if set := h.waiters[key]; set != nil {
+			delete(set, w)
+			if len(set) == 0 {
+				delete(h.waiters, key)
+			}
+		}
+		h.mu.Unlock()
+	}
+}
+
+func (h *hub) notify(key string) {
+	h.mu.Lock()
+	set := h.waiters[key]
+	delete(h.waiters, key)
+	h.mu.Unlock()
+	for w := range set {
+		w.fire()
+	}
+}
+
+func (h *hub) notifyAll() {
+	h.mu.Lock()
+	all := h.waiters
+	h.waiters = map[string]map[*waiter]struct{}{}
+	h.mu.Unlock()
+	for _, set := range all {
+		for w := range set {
+			w.fire()
+		}
+	}
+}
+
+// StartupLogs keeps each machine's last startup log in a KV bucket.
+type StartupLogs struct{ kv jetstream.KeyValue }
+
+// NewStartupLogs creates (or reuses) the bucket. A log is at most 200
+// lines of 2 KiB plus a little, well under the 1 MiB value limit.
+func NewStartupLogs(ctx context.Context, js jetstream.JetStream, replicas int) (*StartupLogs, error) {
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:       StartupLogsBucket,
+		Description:  "anvil boot service: each machine's last startup log (agent report)",
+		History:      1,
+		Replicas:     max(replicas, 1),
+		Storage:      jetstream.FileStorage,
+		MaxValueSize: 1 << 20,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("startup log bucket %s: %w", StartupLogsBucket, err)
+	}
+	return &StartupLogs{kv: kv}, nil
+}
+
+// StartupLog is the stored form.
+type StartupLog = api.StartupLog
+
+// Put stores a machine's log, replacing the previous one.
+func (s *StartupLogs) Put(ctx context.Context, l StartupLog) error {
+	if !validKeyPart(l.Org) || !validKeyPart(l.UUID) {
+		return errs.Invalid("machine", "organization and UUID must not hold '.', '*', '>' or spaces")
+	}
+	data, err := json.Marshal(l)
+	if err != nil {
+		return errs.Internal("encoding the startup log: %v", err)
+	}
+	if _, err := s.kv.Put(ctx, record.Key(l.Org, l.UUID), data); err != nil {
+		return errs.Unavailable("storing the startup log of %s/%s: %v", l.Org, l.UUID, err)
+	}
+	return nil
+}
+
+// Get returns a machine's log.
+func (s *StartupLogs) Get(ctx context.Context, org, uuid string) (StartupLog, error) {
+	if !validKeyPart(org) || !validKeyPart(uuid) {
+		return StartupLog{}, errs.Invalid("machine", "organization and UUID must not hold '.', '*', '>' or spaces")
+	}
+	e, err := s.kv.Get(ctx, record.Key(org, uuid))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return StartupLog{}, errs.NotFound("machine %s of organization %s has no startup log (its agent never reported)", uuid, org)
+	}
+	if err != nil {
+		return StartupLog{}, errs.Unavailable("reading the startup log: %v", err)
+	}
+	var l StartupLog
+	if err := json.Unmarshal(e.Value(), &l); err != nil {
+		return StartupLog{}, errs.Internal("the startup log of %s/%s does not decode: %v", org, uuid, err)
+	}
+	return l, nil
+}
+
+// validKeyPart guards KV keys built from request data; the app validates
+// org and UUID before they get here, this is a second line.
+func validKeyPart(s string) bool {
+	return s != "" && !strings.ContainsAny(s, ".*> \t\r\n")
+}

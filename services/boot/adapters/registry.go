@@ -1,0 +1,63 @@
+package adapters
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/anvil-fleet/anvil/libs/events/errs"
+	regapi "github.com/anvil-fleet/anvil/services/registry/api"
+	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
+)
+
+// Registry calls the registry service over NATS; its errors are the
+// registry's errs.Error kinds.
+type Registry struct{ Client regapi.Client }
+
+// NewRegistry returns a registry client on nc.
+func NewRegistry(nc *nats.Conn) Registry { return Registry{Client: regapi.Client{NC: nc}} }
+
+func (r Registry) SelfRegister(ctx context.Context, req regapi.SelfRegister) (regapi.SelfRegisterReply, error) {
+	return r.Client.SelfRegister(ctx, req)
+}
+
+func (r Registry) GetMachine(ctx context.Context, org, uuid string) (regapi.Machine, error) {
+	rep, err := r.Client.GetMachine(ctx, regapi.MachineGet{Org: org, UUID: uuid})
+	return rep.Machine, err
+}
+
+// GetMachineAt returns the machine as of stream sequence seq or later. It
+// reads the registry's projection, waiting briefly for it to apply seq, and
+// falls back to rebuilding the machine from the log (an "as of" read,
+// which costs a consumer) when the projection stays behind.
+func (r Registry) GetMachineAt(ctx context.Context, org, uuid string, seq uint64) (regapi.Machine, error) {
+	for range 30 {
+		rep, err := r.Client.GetMachine(ctx, regapi.MachineGet{Org: org, UUID: uuid})
+		if err == nil && rep.Version >= seq {
+			return rep.Machine, nil
+		}
+		if err != nil && !errs.Is(err, errs.KindNotFound) {
+			return regapi.Machine{}, err
+		}
+		t := time.NewTimer(100 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return regapi.Machine{}, ctx.Err()
+		case <-t.C:
+		}
+	}
+	rep, err := r.Client.GetMachine(ctx, regapi.MachineGet{Org: org, UUID: uuid, At: strconv.FormatUint(seq, 10)})
+	return rep.Machine, err
+}
+
+func (r Registry) Heartbeat(ctx context.Context, org, uuid string, at time.Time) error {
+	return r.Client.Heartbeat(ctx, regapi.Heartbeat{Org: org, UUID: uuid, At: at})
+}
+
+func (r Registry) Command(ctx context.Context, org, uuid string, cmd machine.Command) error {
+	_, err := r.Client.Machine(ctx, org, uuid, cmd, 0)
+	return err
+}

@@ -1,0 +1,111 @@
+package app
+
+import (
+	"context"
+	"net/url"
+
+	"github.com/anvil-fleet/anvil/libs/events/errs"
+	"github.com/anvil-fleet/anvil/services/boot/domain/ipxe"
+	"github.com/anvil-fleet/anvil/services/boot/domain/record"
+	"github.com/anvil-fleet/anvil/services/boot/domain/signing"
+	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
+	"github.com/anvil-fleet/anvil/services/revisions/domain/render"
+)
+
+// Ignition answers GET /ignition?uuid&token, which Flatcar's Ignition calls
+// from the initramfs. It checks the per-boot token (it binds the
+// organization, the UUID, the pool and the pool revision, and expires),
+// renders the machine revision (through the cache), swaps the credential
+// placeholder for the machine's agent credential, remembers which machine
+// revision it served (the agent reports it by id) and records the Ignition
+// run in the registry.
+//
+// Refusals are errors of errs' kinds; the HTTP port turns them into
+// statuses that Ignition handles sensibly (see docs/boot.md): a refused
+// token is 403 and a machine that cannot be rendered 409 (Ignition retries
+// both, so fixing the machine's settings lets it go on), a dependency that
+// is down 503.
+func (a *App) Ignition(ctx context.Context, rawQuery string) ([]byte, error) {
+	if len(rawQuery) > ipxe.MaxQueryLen {
+		return nil, a.ignitionRefused(ctx, "bad_request", errs.Invalid("query", "is longer than %d bytes", ipxe.MaxQueryLen))
+	}
+	v, err := url.ParseQuery(rawQuery)
+	if err != nil || len(v["uuid"]) > 1 || len(v["token"]) > 1 {
+		return nil, a.ignitionRefused(ctx, "bad_request", errs.Invalid("query", "is malformed or repeats a parameter"))
+	}
+	uuid, err := ipxe.ParseUUID(v.Get("uuid"))
+	if err != nil {
+		return nil, a.ignitionRefused(ctx, "bad_request", errs.Invalid("uuid", "%v", err))
+	}
+	now := a.Now()
+	claims, err := a.Keys.VerifyBoot(v.Get("token"), uuid, now)
+	if err != nil {
+		reason := signing.ReasonOf(err)
+		if v.Get("token") == "" {
+			reason = "missing"
+		}
+		return nil, a.ignitionRefused(ctx, "token_"+reason, errs.Forbidden("%v", err), "uuid", uuid)
+	}
+	m, err := a.Registry.GetMachine(ctx, claims.Org, uuid)
+	switch {
+	case errs.Is(err, errs.KindNotFound):
+		return nil, a.ignitionRefused(ctx, "machine_gone", errs.Forbidden("machine %s no longer exists in organization %s", uuid, claims.Org), "org", claims.Org, "uuid", uuid)
+	case err != nil:
+		return nil, a.ignitionRefused(ctx, "registry_unavailable", asUnavailable(err, "the registry"), "org", claims.Org, "uuid", uuid, "err", err)
+	}
+	r, err := a.Renderer.Ignition(ctx, IgnitionRequest{
+		Org: claims.Org, Pool: claims.Pool, Revision: claims.Revision, Hostname: hostname(m), Labels: m.Labels,
+	})
+	if err != nil {
+		switch errs.KindOf(err) {
+		case errs.KindValidation, errs.KindNotFound, errs.KindConflict:
+			return nil, a.ignitionRefused(ctx, "render_refused",
+				errs.Conflict("revision %d of pool %s cannot be rendered for machine %s: %v", claims.Revision, claims.Pool, uuid, err),
+				"org", claims.Org, "uuid", uuid)
+		}
+		return nil, a.ignitionRefused(ctx, "revisions_unavailable", asUnavailable(err, "the revisions service"), "org", claims.Org, "uuid", uuid, "err", err)
+	}
+	out, err := render.InjectCredential(r.Ignition, a.Keys.SignCredential(claims.Org, uuid, r.MachineRevisionID))
+	if err != nil {
+		return nil, a.ignitionRefused(ctx, "internal", errs.Internal("injecting the agent credential: %v", err), "org", claims.Org, "uuid", uuid)
+	}
+
+	// The agent will report this machine revision by id, and authenticate
+	// with a credential bound to it: without this entry neither works, so
+	// it is not optional.
+	served := record.Served{MachineRevisionID: r.MachineRevisionID, Pool: claims.Pool, Revision: claims.Revision, At: now}
+	rec, err := a.Records.Get(ctx, claims.Org, uuid)
+	if err == nil {
+		_, err = a.update(ctx, rec, func(r *record.Record) (bool, error) { return r.ObserveIgnition(served), nil })
+	}
+	if err != nil {
+		return nil, a.ignitionRefused(ctx, "records_unavailable", asUnavailable(err, "the boot records"), "org", claims.Org, "uuid", uuid, "err", err)
+	}
+	// The timestamp is best effort: a machine is not kept from booting
+	// because its Last Ignition could not be written.
+	if err := a.Registry.Command(ctx, claims.Org, uuid, machine.RecordIgnition{At: now}); err != nil {
+		recordFailures.WithLabelValues("last_ignition").Inc()
+		a.Log.WarnContext(ctx, "Last Ignition not recorded", "org", claims.Org, "uuid", uuid, "err", err)
+	}
+	ignitionServed.Inc()
+	a.Log.InfoContext(ctx, "Ignition served", "org", claims.Org, "uuid", uuid, "pool", claims.Pool,
+		"revision", claims.Revision, "machine_revision", r.MachineRevisionID)
+	return out, nil
+}
+
+func (a *App) ignitionRefused(ctx context.Context, reason string, err error, attrs ...any) error {
+	ignitionRefusals.WithLabelValues(reason).Inc()
+	attrs = append(attrs, "reason", reason, "detail", err.Error())
+	a.Log.WarnContext(ctx, "Ignition refused", attrs...)
+	return err
+}
+
+// asUnavailable keeps an unavailable error as it is and turns anything
+// else (an internal error of a dependency) into one, since retrying is the
+// only thing the machine can do.
+func asUnavailable(err error, what string) error {
+	if unavailable(err) {
+		return err
+	}
+	return errs.Unavailable("%s failed: %v", what, err)
+}

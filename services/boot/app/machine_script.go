@@ -1,0 +1,94 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/anvil-fleet/anvil/services/boot/domain/ipxe"
+	"github.com/anvil-fleet/anvil/services/boot/domain/signing"
+	regapi "github.com/anvil-fleet/anvil/services/registry/api"
+	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
+)
+
+// MachineScript answers GET /ipxe?uuid&mac&token[&attempt]: it registers
+// the machine through the registry (which verifies the enrollment token and
+// records the iPXE boot) and then either boots it (kernel, initrd and an
+// Ignition URL with a per-boot token) or, while it has no pool or no target
+// revision, tells it to wait and ask again with a growing delay.
+func (a *App) MachineScript(ctx context.Context, req ScriptRequest) Script {
+	const endpoint = "/ipxe"
+	q, ref := ipxe.ParseMachineQuery(req.RawQuery)
+	retry := ipxe.MachineURL(req.Base, q.Token, q.Attempt+1)
+	if ref != nil {
+		return a.refuse(ctx, endpoint, ref, q.Attempt, retry)
+	}
+	now := a.Now()
+	reply, err := a.Registry.SelfRegister(ctx, regapi.SelfRegister{EnrollmentToken: q.Token, UUID: q.UUID, MAC: q.MAC, At: now})
+	if err != nil {
+		return a.refuse(ctx, endpoint, registryRefusal(err), q.Attempt, retry, "uuid", q.UUID, "err", err)
+	}
+	m := reply.Machine
+	log := a.Log.With("org", m.Org, "uuid", m.UUID)
+	if reply.Created {
+		log.InfoContext(ctx, "machine registered itself", "mac", q.MAC)
+	}
+
+	if waiting := waitReason(m); waiting != "" {
+		ipxeScripts.WithLabelValues("wait").Inc()
+		delay := a.backoff(q.Attempt)
+		log.DebugContext(ctx, "machine waits", "why", waiting, "attempt", q.Attempt, "retry_in_s", delay)
+		msgs := []string{fmt.Sprintf("machine %s is registered in organization %s (status %s)", m.UUID, m.Org, m.Status), waiting}
+		return Script{Body: ipxe.WaitScript(msgs, delay, q.Attempt, retry), Kind: "wait"}
+	}
+
+	fc, err := a.Revisions.Flatcar(ctx, m.Org, m.Pool, m.TargetRevision)
+	if err != nil {
+		return a.refuse(ctx, endpoint, revisionsRefusal(err, m.Org, m.Pool, m.TargetRevision), q.Attempt, retry, "org", m.Org, "uuid", m.UUID, "err", err)
+	}
+	template := a.Settings.AssetBaseURL
+	if strings.HasPrefix(template, "/") {
+		template = req.Base + template // served by this boot service (--assets-dir)
+	}
+	assets, err := ipxe.AssetBase(template, fc.Channel, fc.Version)
+	if err != nil {
+		return a.refuse(ctx, endpoint, ipxe.Refuse(ipxe.ReasonConfigInvalid, "no image URL for Flatcar %s %s: %v", fc.Channel, fc.Version, err),
+			q.Attempt, retry, "org", m.Org, "uuid", m.UUID)
+	}
+	tok := a.Keys.SignBoot(signing.BootClaims{
+		Org: m.Org, UUID: m.UUID, Pool: m.Pool, Revision: m.TargetRevision, Expires: now.Add(a.Settings.BootTokenTTL),
+	})
+	body, err := ipxe.BootScript(ipxe.Boot{
+		Messages: []string{fmt.Sprintf("machine %s (organization %s) boots revision %d of pool %s: Flatcar %s %s",
+			m.UUID, m.Org, m.TargetRevision, m.Pool, fc.Channel, fc.Version)},
+		AssetBase:   assets,
+		IgnitionURL: ipxe.IgnitionURL(req.IgnitionBase, m.UUID, tok),
+		KernelArgs:  a.Settings.KernelArgs,
+		RetryDelay:  a.backoff(q.Attempt),
+		Attempt:     q.Attempt,
+		RetryURL:    retry,
+	})
+	if err != nil {
+		return a.refuse(ctx, endpoint, ipxe.Refuse(ipxe.ReasonConfigInvalid, "the boot script cannot be built: %v", err), q.Attempt, retry, "org", m.Org, "uuid", m.UUID)
+	}
+	ipxeScripts.WithLabelValues("boot").Inc()
+	log.InfoContext(ctx, "machine boots", "pool", m.Pool, "revision", m.TargetRevision, "flatcar", fc.Channel+"/"+fc.Version)
+	return Script{Body: body, Kind: "boot"}
+}
+
+// waitReason says why a registered machine cannot boot a revision yet, or
+// "" when it can.
+func waitReason(m regapi.Machine) string {
+	switch {
+	case m.Status == machine.StatusDeleting:
+		return "it is being deleted; it boots nothing until the deletion is aborted"
+	case m.Pool == "":
+		return "waiting to be assigned to a machine pool"
+	case m.TargetRevision == 0:
+		return fmt.Sprintf("assigned to pool %s; waiting for a revision to be rolled out to it", m.Pool)
+	case m.TargetRevision > math.MaxInt32:
+		return fmt.Sprintf("its target revision %d is out of range", m.TargetRevision)
+	}
+	return ""
+}

@@ -1,0 +1,58 @@
+package app
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/anvil-fleet/anvil/services/boot/domain/ipxe"
+)
+
+// The boot service's own series (see docs/boot.md). They are process-wide,
+// so several service instances in one test process add up.
+var (
+	ipxeRefusals = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "anvil_boot_ipxe_refusals_total",
+		Help: "iPXE requests answered with a refusal script (echo the reason, sleep, retry), by reason.",
+	}, []string{"reason"})
+	ipxeScripts = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "anvil_boot_ipxe_scripts_total",
+		Help: "iPXE scripts served, by kind: chain (/boot.ipxe), wait (not assigned yet), boot (kernel and initrd), refusal.",
+	}, []string{"kind"})
+	ignitionServed = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "anvil_boot_ignition_served_total",
+		Help: "Ignition configs served.",
+	})
+	ignitionRefusals = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "anvil_boot_ignition_refusals_total",
+		Help: "Ignition requests refused, by reason.",
+	}, []string{"reason"})
+	recordFailures = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "anvil_boot_record_failures_total",
+		Help: "Firmware or agent events that could not be recorded in the registry (the request was still answered), by what.",
+	}, []string{"what"})
+	agentAuthFailures = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "anvil_boot_agent_auth_failures_total",
+		Help: "Agent API requests whose credential was refused, by reason.",
+	}, []string{"reason"})
+	agentRequests = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "anvil_boot_agent_requests_total",
+		Help: "Agent API calls handled after authentication, by call.",
+	}, []string{"call"})
+	instructionEvents = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "anvil_boot_instructions_total",
+		Help: "Instruction lifecycle events: stored, duplicate, withdrawn, delivered, and acked_<status>.",
+	}, []string{"event"})
+	longPolls = promauto.NewGauge(prometheus.GaugeOpts{
+		Name: "anvil_boot_long_polls",
+		Help: "Agent long polls being held.",
+	})
+)
+
+func init() {
+	for _, r := range ipxe.Reasons() {
+		ipxeRefusals.WithLabelValues(string(r))
+	}
+	for _, k := range []string{"chain", "wait", "boot", "refusal"} {
+		ipxeScripts.WithLabelValues(k)
+	}
+}

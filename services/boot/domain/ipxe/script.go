@@ -1,0 +1,264 @@
+package ipxe
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// Header starts every script.
+const Header = "#!ipxe"
+
+// unreachableDelay is how long a script waits before trying again when the
+// boot service itself did not answer (the script cannot compute a backoff,
+// iPXE has no arithmetic).
+const unreachableDelay = 30
+
+// Sanitize makes text safe to echo on an iPXE console: letters, digits,
+// spaces and a few punctuation marks stay; every other character
+// (including '$', braces, quotes, '#', '|', '&' and anything non-ASCII)
+// becomes '?'. Runs of whitespace become one space, and the result is cut
+// at maxMessage bytes.
+func Sanitize(s string) string {
+	var b strings.Builder
+	pendingSpace := false
+	for i, r := range s {
+		if b.Len() >= maxMessage {
+			b.WriteString("...")
+			break
+		}
+		if r == utf8.RuneError {
+			if _, size := utf8.DecodeRuneInString(s[i:]); size == 1 {
+				r = '?' // an invalid byte, not a literal U+FFFD
+			}
+		}
+		switch {
+		case r == ' ' || r == '\t' || r == '\n' || r == '\r' || r == '\v' || r == '\f':
+			pendingSpace = b.Len() > 0
+			continue
+		case pendingSpace:
+			b.WriteByte(' ')
+			pendingSpace = false
+		}
+		if r < 128 && echoSafe(byte(r)) {
+			b.WriteByte(byte(r))
+		} else {
+			b.WriteByte('?')
+		}
+	}
+	return b.String()
+}
+
+func echoSafe(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+		strings.IndexByte(".,:;()/_+=@%-?!*[]~^", c) >= 0
+}
+
+// wrap splits sanitized text into console lines of at most echoWidth.
+func wrap(s string) []string {
+	var lines []string
+	for len(s) > echoWidth {
+		cut := strings.LastIndexByte(s[:echoWidth+1], ' ')
+		if cut <= 0 {
+			cut = echoWidth
+		}
+		lines = append(lines, s[:cut])
+		s = strings.TrimLeft(s[cut:], " ")
+	}
+	if s != "" {
+		lines = append(lines, s)
+	}
+	return lines
+}
+
+type builder struct{ b strings.Builder }
+
+func newBuilder() *builder {
+	b := &builder{}
+	b.b.WriteString(Header + "\n")
+	return b
+}
+
+func (b *builder) line(s string) { b.b.WriteString(s + "\n") }
+
+// echo writes a message, sanitized and wrapped, each line prefixed "anvil: "
+// so that it can never start like an option or a label.
+func (b *builder) echo(msg string) {
+	for _, l := range wrap(Sanitize(msg)) {
+		b.line("echo anvil: " + l)
+	}
+}
+
+// retryTail sleeps and chains to retryURL, and loops if the boot service
+// does not answer at all.
+func (b *builder) retryTail(delay int, retryURL string) {
+	b.line("sleep " + strconv.Itoa(max1(delay)))
+	b.line(":retry")
+	b.line("chain --replace --autofree " + retryURL + " || goto unreachable")
+	b.line(":unreachable")
+	b.echo(fmt.Sprintf("the boot service did not answer; trying again in %d seconds", unreachableDelay))
+	b.line("sleep " + strconv.Itoa(unreachableDelay))
+	b.line("goto retry")
+}
+
+// ChainScript is the answer to /boot.ipxe: it hands the machine's UUID and
+// MAC to /ipxe (machineURL, see MachineURL).
+func ChainScript(machineURL string) string {
+	b := newBuilder()
+	b.echo("asking the boot service what this machine boots")
+	b.line(":retry")
+	b.line("chain --replace --autofree " + machineURL + " || goto unreachable")
+	b.line(":unreachable")
+	b.echo(fmt.Sprintf("the boot service did not answer; trying again in %d seconds", unreachableDelay))
+	b.line("sleep " + strconv.Itoa(unreachableDelay))
+	b.line("goto retry")
+	return b.b.String()
+}
+
+// WaitScript echoes what is happening, sleeps delay seconds and chains to
+// retryURL: the answer for a machine that waits to be assigned, and the
+// body of every refusal.
+func WaitScript(messages []string, delay, attempt int, retryURL string) string {
+	b := newBuilder()
+	for _, m := range messages {
+		b.echo(m)
+	}
+	b.echo(fmt.Sprintf("asking again in %d seconds (attempt %d)", max1(delay), clampAttempt(attempt)+1))
+	b.retryTail(delay, retryURL)
+	return b.b.String()
+}
+
+// RefusalScript is WaitScript for a refusal: it names the reason.
+func RefusalScript(r *Refusal, delay, attempt int, retryURL string) string {
+	msg := "cannot boot: " + r.Message
+	if r.Message == "" {
+		msg = "cannot boot: " + string(r.Reason)
+	}
+	return WaitScript([]string{msg}, delay, attempt, retryURL)
+}
+
+// Boot is everything a boot script needs. Every URL must have been built
+// by this package (or passed CheckBaseURL), every argument CheckKernelArg.
+type Boot struct {
+	Messages    []string
+	AssetBase   string // directory of the Flatcar PXE images (see AssetBase)
+	IgnitionURL string // see IgnitionURL
+	KernelArgs  []string
+	RetryDelay  int    // seconds to wait when the images cannot be loaded
+	Attempt     int    // of the request being answered
+	RetryURL    string // see MachineURL
+}
+
+// BootScript loads Flatcar's PXE kernel and initrd with Ignition pointed at
+// the boot service; if loading fails it retries through /ipxe.
+func BootScript(s Boot) (string, error) {
+	if err := CheckBaseURL(s.AssetBase); err != nil {
+		return "", fmt.Errorf("asset base URL %w", err)
+	}
+	for _, a := range s.KernelArgs {
+		if err := CheckKernelArg(a); err != nil {
+			return "", err
+		}
+	}
+	if !strings.Contains(s.IgnitionURL, "/ignition?") || !urlChars(s.IgnitionURL) {
+		return "", errors.New("ignition URL was not built by IgnitionURL")
+	}
+	base := strings.TrimSuffix(s.AssetBase, "/")
+	args := []string{"initrd=" + InitrdName, "flatcar.first_boot=1", "ignition.config.url=" + s.IgnitionURL}
+	args = append(args, s.KernelArgs...)
+	b := newBuilder()
+	for _, m := range s.Messages {
+		b.echo(m)
+	}
+	b.line("kernel " + base + "/" + KernelName + " " + strings.Join(args, " ") + " || goto failed")
+	b.line("initrd " + base + "/" + InitrdName + " || goto failed")
+	b.line("boot || goto failed")
+	b.line(":failed")
+	b.echo(fmt.Sprintf("could not load Flatcar from %s; asking the boot service again in %d seconds", base, max1(s.RetryDelay)))
+	b.retryTail(s.RetryDelay, s.RetryURL)
+	return b.b.String(), nil
+}
+
+// urlChars reports whether s holds only what url.QueryEscape, a checked
+// base URL and the query separators produce.
+func urlChars(s string) bool {
+	return inert(strings.ReplaceAll(strings.ReplaceAll(s, "&", ""), "?", ""))
+}
+
+// Lint checks a script the way the tests (and the fuzzers) want every
+// script to be: the header, then only echo lines of sanitized text, sleep,
+// labels, goto, and chain/kernel/initrd/boot lines whose only "${" is one
+// of iPXE's UUID and MAC templates. It is how "no injection through echoed
+// input" is verified.
+func Lint(script string) error {
+	lines := strings.Split(script, "\n")
+	if len(lines) < 2 || lines[0] != Header || lines[len(lines)-1] != "" {
+		return errors.New("script must start with #!ipxe and end with a newline")
+	}
+	labels := map[string]bool{}
+	var gotos []string
+	for i, l := range lines[1 : len(lines)-1] {
+		n := i + 2
+		word, rest, _ := strings.Cut(l, " ")
+		switch {
+		case word == "echo":
+			text, ok := strings.CutPrefix(rest, "anvil: ")
+			if !ok {
+				return fmt.Errorf("line %d: echo without the anvil: prefix", n)
+			}
+			if Sanitize(text) != text || len(text) > echoWidth {
+				return fmt.Errorf("line %d: echoed text is not sanitized: %q", n, text)
+			}
+		case word == "sleep":
+			if d, err := strconv.Atoi(rest); err != nil || d < 1 {
+				return fmt.Errorf("line %d: bad sleep %q", n, rest)
+			}
+		case strings.HasPrefix(l, ":"):
+			if !labelName(l[1:]) {
+				return fmt.Errorf("line %d: bad label %q", n, l)
+			}
+			labels[l[1:]] = true
+		case word == "goto":
+			gotos = append(gotos, rest)
+		case word == "chain" || word == "kernel" || word == "initrd" || word == "boot":
+			cmd, target, ok := strings.Cut(l, " || goto ")
+			if !ok {
+				return fmt.Errorf("line %d: %s without a fallback", n, word)
+			}
+			gotos = append(gotos, target)
+			body := strings.ReplaceAll(strings.ReplaceAll(cmd, UUIDTemplate, ""), MACTemplate, "")
+			fields := strings.Fields(body)
+			for _, f := range fields[1:] {
+				if f == "--replace" || f == "--autofree" {
+					continue
+				}
+				if !urlChars(f) {
+					return fmt.Errorf("line %d: argument %q holds characters iPXE would interpret", n, f)
+				}
+			}
+		default:
+			return fmt.Errorf("line %d: unexpected command %q", n, word)
+		}
+	}
+	for _, g := range gotos {
+		if !labels[g] {
+			return fmt.Errorf("goto %q has no label", g)
+		}
+	}
+	return nil
+}
+
+func labelName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c == '_') {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,280 @@
+// Package signing makes and checks the boot service's two stateless
+// secrets, both HMAC-SHA256 under keys from the configuration:
+//
+//   - the per-boot token, which /ipxe puts into the Ignition URL on the
+//     kernel command line, and /ignition checks. It binds the
+//     organization, the machine's UUID, the pool, the pool revision and an
+//     expiry:
+//     pb1.<base64url(org|uuid|pool|revision|expiry-unix)>.<base64url(HMAC)>
+//   - the agent credential, which /ignition writes into the machine's
+//     agent.env and the agent API checks. It binds the organization, the
+//     UUID and the machine revision the machine was served, so it changes
+//     with every new revision:
+//     ac1_<org>_<machine revision id>_<base64url(HMAC[:24])>
+//
+// Both are made of characters that need no quoting in a URL, a kernel
+// command line, an iPXE script, a data URL or JSON, and the credential
+// matches the renderer's credential pattern [A-Za-z0-9_-]{20,128}. Each
+// has its own key derived from the configured key, so neither can stand in
+// for the other. Several keys may be configured: the first signs, all
+// verify, which lets a key be rotated without invalidating what is out.
+// The package is pure: the time is an argument.
+package signing
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// MinKeyBytes is the least key length accepted.
+const MinKeyBytes = 32
+
+// Keys holds the signing keys; the first signs.
+type Keys struct {
+	boot  [][]byte // derived per-boot token keys
+	agent [][]byte // derived agent credential keys
+}
+
+// NewKeys derives the keys from raw key material (each at least
+// MinKeyBytes long).
+func NewKeys(raw ...[]byte) (Keys, error) {
+	if len(raw) == 0 {
+		return Keys{}, errors.New("no signing key")
+	}
+	var k Keys
+	for i, r := range raw {
+		if len(r) < MinKeyBytes {
+			return Keys{}, fmt.Errorf("signing key %d is %d bytes; at least %d are needed", i+1, len(r), MinKeyBytes)
+		}
+		k.boot = append(k.boot, derive(r, "anvil/boot/per-boot-token/v1"))
+		k.agent = append(k.agent, derive(r, "anvil/boot/agent-credential/v1"))
+	}
+	return k, nil
+}
+
+// ParseKeys reads comma-separated base64 keys (standard or URL alphabet,
+// padded or not). Errors name the key's position, never its material.
+func ParseKeys(s string) (Keys, error) {
+	var raw [][]byte
+	for i, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		b, err := decodeBase64(part)
+		if err != nil {
+			return Keys{}, fmt.Errorf("signing key %d is not base64", i+1)
+		}
+		raw = append(raw, b)
+	}
+	return NewKeys(raw...)
+}
+
+func decodeBase64(s string) ([]byte, error) {
+	s = strings.TrimRight(s, "=")
+	if b, err := base64.RawStdEncoding.DecodeString(s); err == nil {
+		return b, nil
+	}
+	return base64.RawURLEncoding.DecodeString(s)
+}
+
+func derive(key []byte, purpose string) []byte {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte(purpose))
+	return m.Sum(nil)
+}
+
+func mac(key []byte, parts ...string) []byte {
+	m := hmac.New(sha256.New, key)
+	for _, p := range parts {
+		// Length-prefixed, so that no two different part lists collide.
+		fmt.Fprintf(m, "%d:%s;", len(p), p)
+	}
+	return m.Sum(nil)
+}
+
+var b64 = base64.RawURLEncoding.Strict()
+
+// ---- per-boot token ----
+
+// BootClaims is what a per-boot token binds.
+type BootClaims struct {
+	Org      string
+	UUID     string
+	Pool     string
+	Revision uint64 // pool revision number
+	Expires  time.Time
+}
+
+// Refusal reasons of the verifiers, for logs and metrics.
+const (
+	ReasonMalformed = "malformed"
+	ReasonSignature = "bad_signature"
+	ReasonExpired   = "expired"
+	ReasonMachine   = "other_machine"
+)
+
+// Error is a refused token or credential. The reason is safe to log.
+type Error struct {
+	Reason string
+	Detail string
+}
+
+func (e *Error) Error() string { return e.Detail }
+
+func refuse(reason, format string, args ...any) *Error {
+	return &Error{Reason: reason, Detail: fmt.Sprintf(format, args...)}
+}
+
+// ReasonOf returns the reason of a refusal, or "".
+func ReasonOf(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Reason
+	}
+	return ""
+}
+
+const bootPrefix = "pb1"
+
+// SignBoot makes a per-boot token. Org and pool are RFC 1123 labels and
+// the UUID canonical, so none holds the '|' separator.
+func (k Keys) SignBoot(c BootClaims) string {
+	payload := strings.Join([]string{c.Org, c.UUID, c.Pool, strconv.FormatUint(c.Revision, 10), strconv.FormatInt(c.Expires.Unix(), 10)}, "|")
+	sig := mac(k.boot[0], bootPrefix, payload)
+	return bootPrefix + "." + b64.EncodeToString([]byte(payload)) + "." + b64.EncodeToString(sig)
+}
+
+// VerifyBoot checks a per-boot token presented for machine uuid at now.
+func (k Keys) VerifyBoot(token, uuid string, now time.Time) (BootClaims, error) {
+	if len(token) > 512 {
+		return BootClaims{}, refuse(ReasonMalformed, "the per-boot token is too long")
+	}
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 || parts[0] != bootPrefix {
+		return BootClaims{}, refuse(ReasonMalformed, "the per-boot token is malformed")
+	}
+	payload, err1 := b64.DecodeString(parts[1])
+	sig, err2 := b64.DecodeString(parts[2])
+	if err1 != nil || err2 != nil || len(sig) != sha256.Size {
+		return BootClaims{}, refuse(ReasonMalformed, "the per-boot token is malformed")
+	}
+	ok := false
+	for _, key := range k.boot {
+		if hmac.Equal(sig, mac(key, bootPrefix, string(payload))) {
+			ok = true
+		}
+	}
+	if !ok {
+		return BootClaims{}, refuse(ReasonSignature, "the per-boot token was not issued by this boot service")
+	}
+	f := strings.Split(string(payload), "|")
+	if len(f) != 5 {
+		return BootClaims{}, refuse(ReasonMalformed, "the per-boot token is malformed")
+	}
+	rev, err1 := strconv.ParseUint(f[3], 10, 64)
+	exp, err2 := strconv.ParseInt(f[4], 10, 64)
+	if err1 != nil || err2 != nil {
+		return BootClaims{}, refuse(ReasonMalformed, "the per-boot token is malformed")
+	}
+	c := BootClaims{Org: f[0], UUID: f[1], Pool: f[2], Revision: rev, Expires: time.Unix(exp, 0).UTC()}
+	if c.UUID != uuid {
+		return BootClaims{}, refuse(ReasonMachine, "the per-boot token was issued to another machine")
+	}
+	if !now.Before(c.Expires) {
+		return BootClaims{}, refuse(ReasonExpired, "the per-boot token expired at %s; boot the machine again to get a new one", c.Expires.Format(time.RFC3339))
+	}
+	return c, nil
+}
+
+// ---- agent credential ----
+
+const (
+	credPrefix = "ac1"
+	credMACLen = 24 // bytes of HMAC kept: 192 bits
+)
+
+// Credential is what an agent credential binds besides the UUID.
+type Credential struct {
+	Org               string
+	MachineRevisionID string
+}
+
+// SignCredential makes the agent credential of machine uuid of org booted
+// with machine revision mrid. Org is an RFC 1123 label of at most 63
+// characters and mrid "mr-" and 20 hex digits, so the credential is at most
+// 124 characters.
+func (k Keys) SignCredential(org, uuid, mrid string) string {
+	sig := mac(k.agent[0], credPrefix, org, uuid, mrid)[:credMACLen]
+	return credPrefix + "_" + org + "_" + mrid + "_" + b64.EncodeToString(sig)
+}
+
+// VerifyCredential checks a credential presented for machine uuid.
+func (k Keys) VerifyCredential(cred, uuid string) (Credential, error) {
+	org, mrid, sig, err := ParseCredential(cred)
+	if err != nil {
+		return Credential{}, err
+	}
+	ok := false
+	for _, key := range k.agent {
+		if hmac.Equal(sig, mac(key, credPrefix, org, uuid, mrid)[:credMACLen]) {
+			ok = true
+		}
+	}
+	if !ok {
+		// A credential of another machine fails here too: the UUID is
+		// part of what is signed.
+		return Credential{}, refuse(ReasonSignature, "the agent credential is not valid for this machine")
+	}
+	return Credential{Org: org, MachineRevisionID: mrid}, nil
+}
+
+// ParseCredential splits a credential into its parts without checking the
+// signature.
+func ParseCredential(cred string) (org, mrid string, sig []byte, err error) {
+	bad := refuse(ReasonMalformed, "the agent credential is malformed")
+	if len(cred) > 128 {
+		return "", "", nil, bad
+	}
+	parts := strings.SplitN(cred, "_", 4)
+	if len(parts) != 4 || parts[0] != credPrefix || !orgID(parts[1]) || !MachineRevisionID(parts[2]) {
+		return "", "", nil, bad
+	}
+	sig, e := b64.DecodeString(parts[3])
+	if e != nil || len(sig) != credMACLen {
+		return "", "", nil, bad
+	}
+	return parts[1], parts[2], sig, nil
+}
+
+// orgID accepts an RFC 1123 label of at most 63 characters.
+func orgID(s string) bool {
+	if s == "" || len(s) > 63 || s[0] == '-' || s[len(s)-1] == '-' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// MachineRevisionID reports whether s is a machine revision id: "mr-" and
+// 20 lowercase hex digits.
+func MachineRevisionID(s string) bool {
+	if len(s) != 23 || !strings.HasPrefix(s, "mr-") {
+		return false
+	}
+	for i := 3; i < len(s); i++ {
+		c := s[i]
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,385 @@
+// Package ports serves the boot service: the machine-facing HTTP surface
+// (iPXE scripts, Ignition, the agent API, static assets), the NATS queries
+// and the event handlers.
+package ports
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+
+	agentapi "github.com/anvil-fleet/anvil/agent/api"
+	"github.com/anvil-fleet/anvil/libs/events/errs"
+	"github.com/anvil-fleet/anvil/libs/events/svc"
+	"github.com/anvil-fleet/anvil/services/boot/app"
+	"github.com/anvil-fleet/anvil/services/boot/domain/ipxe"
+)
+
+// Limits of the HTTP surface.
+const (
+	// MaxAgentBody bounds an agent request body (a report is at most 200
+	// log lines of 2 KiB plus the inventory).
+	MaxAgentBody = 4 << 20
+	// DefaultPollWait is the long-poll wait when the agent sends none.
+	DefaultPollWait = 30 * time.Second
+	// ignitionType is Ignition's media type.
+	ignitionType = "application/vnd.coreos.ignition+json"
+	scriptType   = "text/plain; charset=utf-8"
+	problemType  = "application/problem+json"
+)
+
+// HTTPOptions configure one listener's handler.
+type HTTPOptions struct {
+	// PublicURL is the boot service's base URL as firmware reaches it;
+	// empty derives it from each request's Host header.
+	PublicURL string
+	// TLS says whether this handler serves the TLS listener.
+	TLS bool
+	// TLSConfigured says whether a TLS listener exists; then Ignition URLs
+	// point at it (TLSPublicURL, or the request's host with TLSPort).
+	TLSConfigured bool
+	TLSPublicURL  string
+	TLSPort       string
+	// PlainSecrets lets the plain listener serve /ignition and the agent
+	// API although a TLS listener exists.
+	PlainSecrets bool
+	// AssetsDir, if set, is served under /assets/, /sysext/ and /flatcar/.
+	AssetsDir string
+	Health    *svc.Health
+	Log       *slog.Logger
+}
+
+type server struct {
+	app *app.App
+	o   HTTPOptions
+	log *slog.Logger
+}
+
+// NewHTTP returns the handler of one listener, wrapped with OpenTelemetry.
+func NewHTTP(a *app.App, o HTTPOptions) http.Handler {
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	s := &server{app: a, o: o, log: o.Log}
+	mux := http.NewServeMux()
+	if o.Health != nil {
+		o.Health.Mux(mux)
+	}
+	// Firmware endpoints answer any method: a script is always the answer.
+	mux.HandleFunc("/boot.ipxe", s.script("/boot.ipxe", a.ChainScript))
+	mux.HandleFunc("/ipxe", s.script("/ipxe", a.MachineScript))
+	mux.HandleFunc("GET /ignition", s.secret(s.ignition))
+	mux.HandleFunc("POST /agent/v1/machines/{uuid}/heartbeat", s.secret(s.agent(s.heartbeat)))
+	mux.HandleFunc("POST /agent/v1/machines/{uuid}/report", s.secret(s.agent(s.report)))
+	mux.HandleFunc("GET /agent/v1/machines/{uuid}/instructions", s.secret(s.agent(s.instructions)))
+	mux.HandleFunc("POST /agent/v1/machines/{uuid}/instructions/{id}/ack", s.secret(s.agent(s.ack)))
+	mux.HandleFunc("/agent/", func(w http.ResponseWriter, r *http.Request) {
+		writeProblem(w, http.StatusNotFound, "no such agent API call", nil)
+	})
+	if o.AssetsDir != "" {
+		for _, dir := range []string{"assets", "sysext", "flatcar"} {
+			mux.Handle("GET /"+dir+"/", http.StripPrefix("/"+dir+"/", http.FileServer(noListing{http.Dir(filepath.Join(o.AssetsDir, dir))})))
+		}
+	}
+	return otelhttp.NewHandler(recoverer(s.log, mux), "boot",
+		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
+			if r.Pattern != "" {
+				return r.Pattern
+			}
+			return r.Method + " " + r.URL.Path
+		}))
+}
+
+// ---- iPXE ----
+
+// script serves an iPXE endpoint: always 200 and a script, whatever
+// happened, including a panic.
+func (s *server) script(endpoint string, fn func(context.Context, app.ScriptRequest) app.Script) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		req := app.ScriptRequest{RawQuery: r.URL.RawQuery, Base: s.baseURL(r)}
+		req.IgnitionBase = s.ignitionBase(r, req.Base)
+		var sc app.Script
+		func() {
+			defer func() {
+				if p := recover(); p != nil {
+					s.log.ErrorContext(r.Context(), "iPXE handler panicked", "endpoint", endpoint, "panic", p, "stack", string(debug.Stack()))
+					sc = s.app.Internal(r.Context(), endpoint, req, p)
+				}
+			}()
+			sc = fn(r.Context(), req)
+		}()
+		w.Header().Set("Content-Type", scriptType)
+		w.Header().Set("Cache-Control", "no-store")
+		w.WriteHeader(http.StatusOK)
+		_, _ = io.WriteString(w, sc.Body)
+	}
+}
+
+// baseURL is the configured public URL, or the one the request reached:
+// its scheme and Host header if they form a safe URL, else the local
+// address it arrived on.
+func (s *server) baseURL(r *http.Request) string {
+	if s.o.PublicURL != "" {
+		return s.o.PublicURL
+	}
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	if u := scheme + "://" + r.Host; r.Host != "" && ipxe.CheckBaseURL(u) == nil {
+		return u
+	}
+	if a, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
+		return scheme + "://" + a.String()
+	}
+	return scheme + "://127.0.0.1"
+}
+
+func (s *server) ignitionBase(r *http.Request, base string) string {
+	if !s.o.TLSConfigured || r.TLS != nil {
+		return base
+	}
+	if s.o.TLSPublicURL != "" {
+		return s.o.TLSPublicURL
+	}
+	host := r.Host
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	if strings.Contains(host, ":") {
+		host = "[" + host + "]"
+	}
+	if u := "https://" + host + ":" + s.o.TLSPort; ipxe.CheckBaseURL(u) == nil {
+		return u
+	}
+	return base
+}
+
+// ---- Ignition and the agent API: secrets ----
+
+// secret refuses requests for join material and credentials on the plain
+// listener when a TLS listener exists (unless allowed).
+func (s *server) secret(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if s.o.TLSConfigured && !s.o.TLS && !s.o.PlainSecrets {
+			writeProblem(w, http.StatusForbidden, "this boot service serves Ignition and the agent API over HTTPS only", nil)
+			return
+		}
+		h(w, r)
+	}
+}
+
+func (s *server) ignition(w http.ResponseWriter, r *http.Request) {
+	cfg, err := s.app.Ignition(r.Context(), r.URL.RawQuery)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", ignitionType)
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("Content-Length", strconv.Itoa(len(cfg)))
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(cfg)
+}
+
+type agentHandler func(w http.ResponseWriter, r *http.Request, ag app.Agent)
+
+func (s *server) agent(h agentHandler) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		ag, err := s.app.Authenticate(r.Context(), r.PathValue("uuid"), r.Header.Get("Authorization"))
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		h(w, r, ag)
+	}
+}
+
+func (s *server) heartbeat(w http.ResponseWriter, r *http.Request, ag app.Agent) {
+	var hb agentapi.Heartbeat
+	if err := decodeBody(w, r, &hb); err != nil {
+		writeError(w, err)
+		return
+	}
+	writeResult(w, s.app.Heartbeat(r.Context(), ag, hb))
+}
+
+func (s *server) report(w http.ResponseWriter, r *http.Request, ag app.Agent) {
+	var rep agentapi.Report
+	if err := decodeBody(w, r, &rep); err != nil {
+		writeError(w, err)
+		return
+	}
+	writeResult(w, s.app.Report(r.Context(), ag, rep))
+}
+
+func (s *server) instructions(w http.ResponseWriter, r *http.Request, ag app.Agent) {
+	wait := DefaultPollWait
+	if v := r.URL.Query().Get("wait"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			writeError(w, errs.Invalid("wait", "must be a number of seconds"))
+			return
+		}
+		wait = time.Duration(min(n, 3600)) * time.Second
+	}
+	out, err := s.app.PollInstructions(r.Context(), ag, wait)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if len(out) == 0 {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	writeJSON(w, http.StatusOK, agentapi.Instructions{Instructions: out})
+}
+
+func (s *server) ack(w http.ResponseWriter, r *http.Request, ag app.Agent) {
+	var a agentapi.Ack
+	if err := decodeBody(w, r, &a); err != nil {
+		writeError(w, err)
+		return
+	}
+	writeResult(w, s.app.AckInstruction(r.Context(), ag, r.PathValue("id"), a))
+}
+
+// decodeBody reads a JSON body of at most MaxAgentBody bytes. Unknown
+// fields are ignored (a newer agent may send more); a wrong type is a
+// validation error naming the field.
+func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxAgentBody))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return errs.Invalid("body", "is larger than %d bytes", MaxAgentBody)
+		}
+		return errs.Invalid("body", "could not be read: %v", err)
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		var typeErr *json.UnmarshalTypeError
+		if errors.As(err, &typeErr) && typeErr.Field != "" {
+			return errs.Invalid(typeErr.Field, "must be %s, not %s", typeErr.Type, typeErr.Value)
+		}
+		return errs.Invalid("body", "is not valid JSON")
+	}
+	return nil
+}
+
+// ---- responses ----
+
+func writeResult(w http.ResponseWriter, err error) {
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// statusOf maps an error kind to an HTTP status.
+func statusOf(k errs.Kind) int {
+	switch k {
+	case errs.KindValidation:
+		return http.StatusBadRequest
+	case errs.KindUnauthorized:
+		return http.StatusUnauthorized
+	case errs.KindForbidden:
+		return http.StatusForbidden
+	case errs.KindNotFound:
+		return http.StatusNotFound
+	case errs.KindConflict:
+		return http.StatusConflict
+	case errs.KindPrecondition:
+		return http.StatusPreconditionFailed
+	case errs.KindUnavailable:
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+// problem is an RFC 9457 problem document.
+type problem struct {
+	Type   string                `json:"type"`
+	Title  string                `json:"title"`
+	Status int                   `json:"status"`
+	Detail string                `json:"detail,omitempty"`
+	Errors []agentapi.FieldError `json:"errors,omitempty"`
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	e := errs.As(err)
+	status := statusOf(e.Kind)
+	if status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "5")
+	}
+	var fields []agentapi.FieldError
+	for _, f := range e.Fields {
+		fields = append(fields, agentapi.FieldError{Field: f.Field, Reason: f.Reason})
+	}
+	writeProblemKind(w, status, string(e.Kind), e.Message, fields)
+}
+
+func writeProblem(w http.ResponseWriter, status int, detail string, fields []agentapi.FieldError) {
+	writeProblemKind(w, status, strings.ReplaceAll(strings.ToLower(http.StatusText(status)), " ", "_"), detail, fields)
+}
+
+func writeProblemKind(w http.ResponseWriter, status int, kind, detail string, fields []agentapi.FieldError) {
+	w.Header().Set("Content-Type", problemType)
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(problem{
+		Type: "https://anvil.dev/problems/" + kind, Title: http.StatusText(status), Status: status, Detail: detail, Errors: fields,
+	})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// recoverer turns a panic outside the iPXE endpoints into a 500 problem
+// and a log line with the stack.
+func recoverer(log *slog.Logger, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if p := recover(); p != nil {
+				if p == http.ErrAbortHandler {
+					panic(p)
+				}
+				log.ErrorContext(r.Context(), "HTTP handler panicked", "path", r.URL.Path, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+				writeProblem(w, http.StatusInternalServerError, "internal error", nil)
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// noListing serves files but no directory listings.
+type noListing struct{ fs http.FileSystem }
+
+func (n noListing) Open(name string) (http.File, error) {
+	f, err := n.fs.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	if st, err := f.Stat(); err == nil && st.IsDir() {
+		_ = f.Close()
+		return nil, os.ErrNotExist
+	}
+	return f, nil
+}

@@ -1,0 +1,68 @@
+package ports
+
+import (
+	"bytes"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/anvil-fleet/anvil/libs/events/errs"
+	"github.com/anvil-fleet/anvil/services/boot/app"
+	"github.com/anvil-fleet/anvil/services/boot/domain/ipxe"
+	"github.com/anvil-fleet/anvil/services/boot/domain/signing"
+)
+
+// An app without its dependencies panics on first use: the iPXE endpoints
+// must still answer a script with 200, the others a 500 problem.
+func TestPanicsNeverReachTheFirmware(t *testing.T) {
+	keys, err := signing.NewKeys(bytes.Repeat([]byte{1}, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	a := &app.App{Keys: keys, Log: slog.New(slog.NewTextHandler(&logs, nil))}
+	a.Defaults()
+	srv := httptest.NewServer(NewHTTP(a, HTTPOptions{Log: a.Log}))
+	defer srv.Close()
+
+	resp, err := http.Get(srv.URL + "/ipxe?uuid=4c4c4544-0035-4b10-8056-b7c04f4e3532&mac=52-54-00-12-34-56&token=anvil_enroll_a_b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || ipxe.Lint(string(body)) != nil || !strings.Contains(string(body), "failed unexpectedly") {
+		t.Errorf("/ipxe after a panic: %d\n%s", resp.StatusCode, body)
+	}
+	if !strings.Contains(logs.String(), "iPXE handler panicked") {
+		t.Errorf("the panic was not logged:\n%s", logs.String())
+	}
+
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/agent/v1/machines/4c4c4544-0035-4b10-8056-b7c04f4e3532/heartbeat", strings.NewReader("{}"))
+	req.Header.Set("Authorization", "Bearer "+keys.SignCredential("acme", "4c4c4544-0035-4b10-8056-b7c04f4e3532", "mr-0123456789abcdef0123"))
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusInternalServerError || !strings.Contains(resp.Header.Get("Content-Type"), "problem+json") {
+		t.Errorf("agent API after a panic: %d %s", resp.StatusCode, body)
+	}
+}
+
+func TestStatusOfEveryKind(t *testing.T) {
+	for kind, want := range map[string]int{
+		"validation": 400, "unauthorized": 401, "forbidden": 403, "not_found": 404, "conflict": 409,
+		"precondition_failed": 412, "unavailable": 503, "internal": 500, "": 500,
+	} {
+		if got := statusOf(errsKind(kind)); got != want {
+			t.Errorf("%s: %d, want %d", kind, got, want)
+		}
+	}
+}
+
+func errsKind(s string) errs.Kind { return errs.Kind(s) }

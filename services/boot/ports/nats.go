@@ -1,0 +1,53 @@
+package ports
+
+import (
+	"context"
+	"errors"
+
+	"github.com/anvil-fleet/anvil/libs/events"
+	"github.com/anvil-fleet/anvil/libs/events/command"
+	"github.com/anvil-fleet/anvil/libs/events/errs"
+	"github.com/anvil-fleet/anvil/libs/events/handler"
+	"github.com/anvil-fleet/anvil/services/boot/api"
+	"github.com/anvil-fleet/anvil/services/boot/app"
+)
+
+// RegisterQueries serves api.Subjects on srv.
+func RegisterQueries(srv *command.Server, a *app.App) error {
+	return errors.Join(
+		command.Handle(srv, api.SubjectInstructionGet, a.GetInstruction),
+		command.Handle(srv, api.SubjectInstructionList, a.ListInstructions),
+		command.Handle(srv, api.SubjectStartupLog, a.GetStartupLog),
+	)
+}
+
+// InstructionsHandler is the durable name prefix of the instruction
+// handlers; one runs per aggregate type in api.InstructionAggregateTypes
+// (consumer handler-boot-instructions-<type>).
+const InstructionsHandler = "boot-instructions"
+
+// RegisterEventHandlers routes RebootRequested and InstructionWithdrawn
+// events to the app. A payload that can never be valid is poisoned at once
+// (it is logged and kept in the POISON stream); anything else is retried.
+func RegisterEventHandlers(r *handler.Router, a *app.App) {
+	for _, aggType := range api.InstructionAggregateTypes {
+		r.Handle(InstructionsHandler+"-"+aggType, events.Filter{
+			AggregateType: aggType,
+			EventTypes:    []string{api.EventTypeRebootRequested, api.EventTypeInstructionWithdrawn},
+		}, func(ctx context.Context, env *events.Envelope, payload any) error {
+			var err error
+			switch p := payload.(type) {
+			case api.RebootRequested:
+				err = a.StoreInstruction(ctx, env.Org, env.Time, p)
+			case api.InstructionWithdrawn:
+				err = a.WithdrawInstruction(ctx, env.Org, p)
+			default:
+				return nil
+			}
+			if errs.Is(err, errs.KindValidation) {
+				return handler.Permanent(err)
+			}
+			return err
+		})
+	}
+}
