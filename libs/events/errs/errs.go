@@ -7,6 +7,7 @@ package errs
 import (
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 )
 
@@ -142,4 +143,26 @@ func (f Fields) Err() error {
 		return nil
 	}
 	return Validation(f...)
+}
+
+// HTTPStatus is the HTTP status every HTTP surface of anvil answers an error
+// of kind k with; validation is 422 (the request was understood but refused).
+func HTTPStatus(k Kind) int {
+	switch k {
+	case KindValidation:
+		return http.StatusUnprocessableEntity
+	case KindNotFound:
+		return http.StatusNotFound
+	case KindConflict:
+		return http.StatusConflict
+	case KindPrecondition:
+		return http.StatusPreconditionFailed
+	case KindForbidden:
+		return http.StatusForbidden
+	case KindUnauthorized:
+		return http.StatusUnauthorized
+	case KindUnavailable:
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
 }

@@ -289,26 +289,8 @@ func writeResult(w http.ResponseWriter, err error) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// statusOf maps an error kind to an HTTP status.
-func statusOf(k errs.Kind) int {
-	switch k {
-	case errs.KindValidation:
-		return http.StatusBadRequest
-	case errs.KindUnauthorized:
-		return http.StatusUnauthorized
-	case errs.KindForbidden:
-		return http.StatusForbidden
-	case errs.KindNotFound:
-		return http.StatusNotFound
-	case errs.KindConflict:
-		return http.StatusConflict
-	case errs.KindPrecondition:
-		return http.StatusPreconditionFailed
-	case errs.KindUnavailable:
-		return http.StatusServiceUnavailable
-	}
-	return http.StatusInternalServerError
-}
+// statusOf maps an error kind to an HTTP status, as every anvil HTTP surface does.
+func statusOf(k errs.Kind) int { return errs.HTTPStatus(k) }
 
 // problem is an RFC 9457 problem document.
 type problem struct {

@@ -56,7 +56,7 @@ func TestPanicsNeverReachTheFirmware(t *testing.T) {
 
 func TestStatusOfEveryKind(t *testing.T) {
 	for kind, want := range map[string]int{
-		"validation": 400, "unauthorized": 401, "forbidden": 403, "not_found": 404, "conflict": 409,
+		"validation": 422, "unauthorized": 401, "forbidden": 403, "not_found": 404, "conflict": 409,
 		"precondition_failed": 412, "unavailable": 503, "internal": 500, "": 500,
 	} {
 		if got := statusOf(errsKind(kind)); got != want {

@@ -148,9 +148,9 @@ func TestAgentCredentials(t *testing.T) {
 		"basic auth":           {a, "Basic " + ignA.credential, http.StatusUnauthorized},
 		"garbage":              {a, "Bearer x", http.StatusUnauthorized},
 		"the placeholder":      {a, "Bearer ANVIL_AGENT_CREDENTIAL_PLACEHOLDER_0F6C1B9E2D7A4853_REPLACED_BY_THE_BOOT_SERVICE", http.StatusUnauthorized},
-		"upper-case UUID path": {strings.ToUpper(a), "Bearer " + ignA.credential, http.StatusBadRequest},
+		"upper-case UUID path": {strings.ToUpper(a), "Bearer " + ignA.credential, http.StatusUnprocessableEntity},
 		"machine never booted": {uuidN(52), "Bearer " + ignA.credential, http.StatusUnauthorized},
-		"nil UUID":             {"00000000-0000-0000-0000-000000000000", "Bearer " + ignA.credential, http.StatusBadRequest},
+		"nil UUID":             {"00000000-0000-0000-0000-000000000000", "Bearer " + ignA.credential, http.StatusUnprocessableEntity},
 		"lower-case bearer ok": {a, "bearer " + ignA.credential, http.StatusNoContent},
 	} {
 		r := hb(tc.uuid, tc.auth)
@@ -197,7 +197,7 @@ func TestPerBootTokens(t *testing.T) {
 	check("tampered", s.url+"/ignition?uuid="+a+"&token="+tok[:len(tok)-4]+"AAAA", http.StatusForbidden)
 	check("missing token", s.url+"/ignition?uuid="+a, http.StatusForbidden)
 	check("enrollment token instead", s.url+"/ignition?uuid="+a+"&token="+enroll, http.StatusForbidden)
-	check("bad uuid", s.url+"/ignition?uuid=nope&token="+tok, http.StatusBadRequest)
+	check("bad uuid", s.url+"/ignition?uuid=nope&token="+tok, http.StatusUnprocessableEntity)
 	check("valid", u, http.StatusOK)
 	s.clock.advance(61 * time.Minute)
 	check("expired", u, http.StatusForbidden)

@@ -3,8 +3,6 @@
 package domain
 
 import (
-	"net/http"
-
 	"github.com/anvil-fleet/anvil/libs/events/errs"
 )
 
@@ -74,22 +72,4 @@ func Authorize(p Principal, org string, min Role) error {
 }
 
 // Status maps an error kind to its HTTP status.
-func Status(k errs.Kind) int {
-	switch k {
-	case errs.KindValidation:
-		return http.StatusUnprocessableEntity
-	case errs.KindNotFound:
-		return http.StatusNotFound
-	case errs.KindConflict:
-		return http.StatusConflict
-	case errs.KindPrecondition:
-		return http.StatusPreconditionFailed
-	case errs.KindForbidden:
-		return http.StatusForbidden
-	case errs.KindUnauthorized:
-		return http.StatusUnauthorized
-	case errs.KindUnavailable:
-		return http.StatusServiceUnavailable
-	}
-	return http.StatusInternalServerError
-}
+func Status(k errs.Kind) int { return errs.HTTPStatus(k) }

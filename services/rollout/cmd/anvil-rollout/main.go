@@ -4,33 +4,12 @@ package main
 
 import (
 	"context"
-	"flag"
-	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/anvil-fleet/anvil/libs/events/svc"
-	"github.com/anvil-fleet/anvil/libs/events/telemetry"
 	"github.com/anvil-fleet/anvil/services/rollout/service"
 )
 
 func main() {
 	var cfg service.Config
-	fs := flag.NewFlagSet("anvil-rollout", flag.ExitOnError)
-	cfg.RegisterFlags(fs)
-	_ = fs.Parse(os.Args[1:])
-
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	shutdown, err := telemetry.SetupTracing(ctx, "anvil-rollout")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "tracing:", err)
-		os.Exit(1)
-	}
-	defer shutdown(context.Background())
-	if err := service.Run(ctx, cfg, svc.Options{}); err != nil {
-		fmt.Fprintln(os.Stderr, "anvil-rollout:", err)
-		os.Exit(1)
-	}
+	svc.Main("anvil-rollout", cfg.RegisterFlags, func(ctx context.Context) error { return service.Run(ctx, cfg, svc.Options{}) })
 }
