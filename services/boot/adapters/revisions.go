@@ -282,57 +282,44 @@ func cacheKey(q app.IgnitionRequest) string {
 // clusters changes (the join material may have been rotated), by following
 // the log's cluster events from now on, until ctx ends.
 func (c *IgnitionCache) WatchClusters(ctx context.Context, js jetstream.JetStream, log *slog.Logger) {
-	for ctx.Err() == nil {
-		cons, err := js.OrderedConsumer(ctx, events.StreamName, jetstream.OrderedConsumerConfig{
-			FilterSubjects: []string{events.FilterSubject("", "cluster", "")},
-			DeliverPolicy:  jetstream.DeliverNewPolicy,
-			HeadersOnly:    true,
-		})
-		if err != nil {
-			log.Warn("cannot follow cluster events; cached Ignition expires by TTL only until this works", "err", err)
-			sleepCtx(ctx, 5*time.Second)
-			continue
-		}
-		it, err := cons.Messages()
-		if err != nil {
-			sleepCtx(ctx, 5*time.Second)
-			continue
-		}
-		stop := context.AfterFunc(ctx, it.Stop)
-		for {
-			m, err := it.Next()
-			if err != nil {
-				break
-			}
-			if ref, err := events.ParseSubject(m.Subject()); err == nil {
-				c.InvalidateOrg(ref.Org)
-				log.Debug("cached Ignition of the organization dropped: a cluster changed", "org", ref.Org, "cluster", ref.ID)
-			}
-		}
-		stop()
-		it.Stop()
-	}
+	follow(ctx, js, "cluster", log, "cached Ignition expires by TTL only until this works", func(m jetstream.Msg, ref events.AggregateRef) {
+		c.InvalidateOrg(ref.Org)
+		log.Debug("cached Ignition of the organization dropped: a cluster changed", "org", ref.Org, "cluster", ref.ID)
+	})
 }
 
 // FollowMachineEvents calls fn with the organization, UUID and stream
 // sequence of every machine event of one of the given types appended from
-// now on, reading
-// only headers (the type is in Anvil-Event-Type), until ctx ends. Each
-// replica follows on its own (an ordered consumer), since each has its own
-// cache.
+// now on, until ctx ends. Each replica follows on its own (an ordered
+// consumer), since each has its own cache.
 func FollowMachineEvents(ctx context.Context, js jetstream.JetStream, types []string, fn func(org, uuid string, seq uint64), log *slog.Logger) {
 	want := map[string]bool{}
 	for _, t := range types {
 		want[t] = true
 	}
+	follow(ctx, js, "machine", log, "Ignition is rendered when machines ask until this works", func(m jetstream.Msg, ref events.AggregateRef) {
+		if !want[m.Headers().Get(events.HeaderEventType)] {
+			return
+		}
+		if meta, err := m.Metadata(); err == nil {
+			fn(ref.Org, ref.ID, meta.Sequence.Stream)
+		}
+	})
+}
+
+// follow calls fn for every event of an aggregate type appended from now
+// on, reading only headers (the type is in Anvil-Event-Type), and
+// re-subscribes after any failure until ctx ends. degraded says what runs
+// without it, for the log.
+func follow(ctx context.Context, js jetstream.JetStream, aggregateType string, log *slog.Logger, degraded string, fn func(jetstream.Msg, events.AggregateRef)) {
 	for ctx.Err() == nil {
 		cons, err := js.OrderedConsumer(ctx, events.StreamName, jetstream.OrderedConsumerConfig{
-			FilterSubjects: []string{events.FilterSubject("", "machine", "")},
+			FilterSubjects: []string{events.FilterSubject("", aggregateType, "")},
 			DeliverPolicy:  jetstream.DeliverNewPolicy,
 			HeadersOnly:    true,
 		})
 		if err != nil {
-			log.Warn("cannot follow machine events; Ignition is rendered when machines ask until this works", "err", err)
+			log.Warn("cannot follow "+aggregateType+" events; "+degraded, "err", err)
 			sleepCtx(ctx, 5*time.Second)
 			continue
 		}
@@ -347,15 +334,8 @@ func FollowMachineEvents(ctx context.Context, js jetstream.JetStream, types []st
 			if err != nil {
 				break
 			}
-			if !want[m.Headers().Get(events.HeaderEventType)] {
-				continue
-			}
-			meta, err := m.Metadata()
-			if err != nil {
-				continue
-			}
 			if ref, err := events.ParseSubject(m.Subject()); err == nil {
-				fn(ref.Org, ref.ID, meta.Sequence.Stream)
+				fn(m, ref)
 			}
 		}
 		stop()

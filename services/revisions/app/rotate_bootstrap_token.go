@@ -20,22 +20,7 @@ type RotateBootstrapToken struct {
 type RotateBootstrapTokenHandler struct{ *base }
 
 func (h RotateBootstrapTokenHandler) Handle(ctx context.Context, cmd RotateBootstrapToken) (ClusterRecord, error) {
-	if _, err := actor(ctx); err != nil {
-		return ClusterRecord{}, err
-	}
-	if err := ids(cmd.Org, "name", cmd.Name); err != nil {
-		return ClusterRecord{}, err
-	}
-	sealer := cluster.Sealer{Key: h.Keys[0], Nonces: h.Nonces}
-	rec, _, err := execute[ClusterRecord](ctx, h.base, clusterRef(cmd.Org, cmd.Name), cmd.ExpectedVersion,
-		func(_ context.Context, r *ClusterRecord) ([]any, error) {
-			if r.State.Name == "" {
-				return nil, notFound("cluster", cmd.Name)
-			}
-			return r.State.RotateBootstrapToken(cluster.RotateBootstrapToken{BootstrapToken: cmd.BootstrapToken}, sealer)
-		})
-	if err != nil {
-		return ClusterRecord{}, err
-	}
-	return *rec, nil
+	return rotateCluster(ctx, h.base, cmd.Org, cmd.Name, cmd.ExpectedVersion, func(c *cluster.Cluster, s cluster.Sealer) ([]any, error) {
+		return c.RotateBootstrapToken(cluster.RotateBootstrapToken{BootstrapToken: cmd.BootstrapToken}, s)
+	})
 }

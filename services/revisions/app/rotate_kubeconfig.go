@@ -19,19 +19,28 @@ type RotateKubeconfig struct {
 type RotateKubeconfigHandler struct{ *base }
 
 func (h RotateKubeconfigHandler) Handle(ctx context.Context, cmd RotateKubeconfig) (ClusterRecord, error) {
+	return rotateCluster(ctx, h.base, cmd.Org, cmd.Name, cmd.ExpectedVersion, func(c *cluster.Cluster, s cluster.Sealer) ([]any, error) {
+		return c.RotateKubeconfig(cluster.RotateKubeconfig{Kubeconfig: cmd.Kubeconfig}, s)
+	})
+}
+
+// rotateCluster replaces one of a cluster's sealed secrets with rotate,
+// sealing with the first configured key.
+func rotateCluster(ctx context.Context, h *base, org, name string, expected uint64,
+	rotate func(*cluster.Cluster, cluster.Sealer) ([]any, error)) (ClusterRecord, error) {
 	if _, err := actor(ctx); err != nil {
 		return ClusterRecord{}, err
 	}
-	if err := ids(cmd.Org, "name", cmd.Name); err != nil {
+	if err := ids(org, "name", name); err != nil {
 		return ClusterRecord{}, err
 	}
 	sealer := cluster.Sealer{Key: h.Keys[0], Nonces: h.Nonces}
-	rec, _, err := execute[ClusterRecord](ctx, h.base, clusterRef(cmd.Org, cmd.Name), cmd.ExpectedVersion,
+	rec, _, err := execute[ClusterRecord](ctx, h, clusterRef(org, name), expected,
 		func(_ context.Context, r *ClusterRecord) ([]any, error) {
 			if r.State.Name == "" {
-				return nil, notFound("cluster", cmd.Name)
+				return nil, notFound("cluster", name)
 			}
-			return r.State.RotateKubeconfig(cluster.RotateKubeconfig{Kubeconfig: cmd.Kubeconfig}, sealer)
+			return rotate(&r.State, sealer)
 		})
 	if err != nil {
 		return ClusterRecord{}, err
