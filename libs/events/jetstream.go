@@ -232,14 +232,30 @@ func (s *JetStreamStore) Replay(ctx context.Context, f Filter, from, to Position
 	})
 }
 
+// replayInactiveThreshold is how long the server keeps a replay consumer
+// whose reader stopped pulling.
+const replayInactiveThreshold = 10 * time.Second
+
 // readOrdered runs an ordered consumer until it has delivered everything
 // that was in the stream when it started, or visit says stop.
 func (s *JetStreamStore) readOrdered(ctx context.Context, cfg jetstream.OrderedConsumerConfig,
 	visit func(jetstream.Msg, *jetstream.MsgMetadata) (stop bool, err error)) error {
+	// Each read makes an ephemeral consumer; the server caps consumers per
+	// stream (1000 by default since nats-server 2.15), so a consumer is
+	// deleted as soon as the read ends, and one whose reader died goes
+	// away after a short inactivity.
+	cfg.InactiveThreshold = replayInactiveThreshold
 	cons, err := s.stream.OrderedConsumer(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("events: replay consumer: %w", err)
 	}
+	defer func() {
+		if name := cons.CachedInfo().Name; name != "" {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			_ = s.stream.DeleteConsumer(dctx, name)
+			cancel()
+		}
+	}()
 	info, err := cons.Info(ctx)
 	if err != nil {
 		return fmt.Errorf("events: replay consumer info: %w", err)

@@ -1,12 +1,32 @@
-// Package service wires the rollout service: its runtime, handlers and ports.
+// Package service wires the rollout service: its runtime, the rollouts'
+// projection, the drivers under their leases, the event handlers and the
+// NATS subjects.
 package service
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
 	"flag"
+	"fmt"
+	"time"
 
 	"github.com/anvil-fleet/anvil/libs/events"
+	"github.com/anvil-fleet/anvil/libs/events/command"
+	"github.com/anvil-fleet/anvil/libs/events/handler"
+	"github.com/anvil-fleet/anvil/libs/events/projection"
 	"github.com/anvil-fleet/anvil/libs/events/svc"
+	bootapi "github.com/anvil-fleet/anvil/services/boot/api"
+	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
+	"github.com/anvil-fleet/anvil/services/revisions/domain/pool"
+	"github.com/anvil-fleet/anvil/services/rollout/adapters"
+	"github.com/anvil-fleet/anvil/services/rollout/api"
+	"github.com/anvil-fleet/anvil/services/rollout/app"
+	"github.com/anvil-fleet/anvil/services/rollout/domain/machineop"
+	"github.com/anvil-fleet/anvil/services/rollout/domain/rollout"
+	"github.com/anvil-fleet/anvil/services/rollout/ports"
+	"github.com/anvil-fleet/anvil/services/rollout/readmodel"
 )
 
 // Name is the service's name in logs, metrics and NATS queue groups.
@@ -15,21 +35,213 @@ const Name = "rollout"
 // Config is the rollout service's configuration.
 type Config struct {
 	svc.Config
+	Instance string        // --instance / ANVIL_INSTANCE
+	LeaseTTL time.Duration // --lease-ttl / ANVIL_ROLLOUT_LEASE_TTL
+	Poll     time.Duration // --poll / ANVIL_ROLLOUT_POLL
+	Replan   time.Duration // --replan / ANVIL_ROLLOUT_REPLAN
+	// OnlineWindow: --ipxe-online-window / ANVIL_ROLLOUT_IPXE_ONLINE_WINDOW
+	OnlineWindow time.Duration
 }
 
 // RegisterFlags binds the service's flags, each with an environment default.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Config.RegisterFlags(fs, Name, "127.0.0.1:9103")
+	fs.StringVar(&c.Instance, "instance", svc.Env("ANVIL_INSTANCE", ""),
+		"this replica's name, for its projection consumer and its rollout leases; default a random id (env ANVIL_INSTANCE)")
+	fs.DurationVar(&c.LeaseTTL, "lease-ttl", envDuration("ANVIL_ROLLOUT_LEASE_TTL", 15*time.Second),
+		"how long a rollout lease lasts without renewal; another replica takes over a dead one's rollouts after it (env ANVIL_ROLLOUT_LEASE_TTL)")
+	fs.DurationVar(&c.Poll, "poll", envDuration("ANVIL_ROLLOUT_POLL", 2*time.Second),
+		"how often a waiting step looks again when no change notification came (env ANVIL_ROLLOUT_POLL)")
+	fs.DurationVar(&c.Replan, "replan", envDuration("ANVIL_ROLLOUT_REPLAN", 30*time.Second),
+		"safety-net interval at which each rollout is planned again without any event (env ANVIL_ROLLOUT_REPLAN)")
+	fs.DurationVar(&c.OnlineWindow, "ipxe-online-window", envDuration("ANVIL_ROLLOUT_IPXE_ONLINE_WINDOW", 2*time.Minute),
+		"a machine without a node that iPXE-booted this recently counts as online for the sanity checks (env ANVIL_ROLLOUT_IPXE_ONLINE_WINDOW)")
+}
+
+func envDuration(name string, def time.Duration) time.Duration {
+	if v := svc.Env(name, ""); v != "" {
+		if d, err := time.ParseDuration(v); err == nil {
+			return d
+		}
+		fmt.Printf("%s=%q is not a duration; using %s\n", name, v, def)
+	}
+	return def
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.Service == "" {
+		c.Service = Name
+	}
+	if c.Instance == "" {
+		b := make([]byte, 6)
+		_, _ = rand.Read(b)
+		c.Instance = hex.EncodeToString(b)
+	}
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = 15 * time.Second
+	}
+	var errs []error
+	if c.LeaseTTL < time.Second {
+		errs = append(errs, fmt.Errorf("--lease-ttl must be at least 1s, got %s", c.LeaseTTL))
+	}
+	if c.Poll < 0 || c.Replan < 0 || c.OnlineWindow < 0 {
+		errs = append(errs, errors.New("--poll, --replan and --ipxe-online-window must not be negative"))
+	}
+	return c, errors.Join(errs...)
+}
+
+// NewRegistry returns a registry of every payload type the service reads.
+func NewRegistry() *events.Registry {
+	reg := events.NewRegistry()
+	reg.RegisterAll(rollout.EventTypes())
+	reg.RegisterAll(bootapi.EventTypes())
+	reg.RegisterAll([]any{pool.ApplyRequested{}})
+	reg.RegisterAll(machineop.EventTypes())
+	// The registry's machine events that start machine operations.
+	reg.RegisterAll(machine.EventTypes())
+	return reg
+}
+
+// Service is a running rollout service, for tests and benchmarks.
+type Service struct {
+	App      *app.App
+	Rollouts *readmodel.Rollouts
+	Runner   *projection.Runner
+}
+
+// Hooks adjust a service started by tests and benchmarks.
+type Hooks struct {
+	// Ready receives the service once it serves.
+	Ready chan<- *Service
+	// Clusters replaces the kubeconfig-backed cluster clients.
+	Clusters app.Clusters
+	// Now replaces the clock.
+	Now func() time.Time
 }
 
 // Run starts the service and blocks until ctx ends.
-func Run(ctx context.Context, cfg Config, o svc.Options) error {
-	rt, err := svc.Start(ctx, cfg.Config, events.NewRegistry(), o)
+func Run(ctx context.Context, cfg Config, o svc.Options) error { return Start(ctx, cfg, o, Hooks{}) }
+
+// Start runs the service until ctx ends.
+func Start(ctx context.Context, cfg Config, o svc.Options, h Hooks) error {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return fmt.Errorf("%s: %w", Name, err)
+	}
+	rt, err := svc.Start(ctx, cfg.Config, NewRegistry(), o)
 	if err != nil {
 		return err
 	}
 	defer rt.Close(context.WithoutCancel(ctx))
-	rt.Log.Info("started")
-	<-ctx.Done()
-	return nil
+	log := rt.Log.With("instance", cfg.Instance)
+
+	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopBG()
+
+	leases, err := adapters.NewLeases(ctx, rt.JS, cfg.Instance, cfg.LeaseTTL, cfg.StreamReplicas, log)
+	if err != nil {
+		return fmt.Errorf("%s: lease bucket: %w", Name, err)
+	}
+	revisions := adapters.Revisions{NC: rt.Conn}
+	clusters := h.Clusters
+	if clusters == nil {
+		clusters = adapters.NewClusters(bg, revisions, log)
+	}
+	model := readmodel.NewRollouts()
+	ops := readmodel.NewOperations()
+	a := &app.App{
+		Operations: ops,
+		Store:      rt.Store, Events: rt.Registry, Registry: adapters.NewRegistry(rt.Conn), Revisions: revisions,
+		Boot: adapters.Boot{NC: rt.Conn}, Clusters: clusters, Leases: leases, Rollouts: model,
+		Log: log, Now: h.Now, Metrics: app.DefaultMetrics(),
+		Settings: app.Settings{Poll: cfg.Poll, Replan: cfg.Replan, OnlineWindow: cfg.OnlineWindow, Instance: cfg.Instance},
+	}
+	a.Defaults()
+	model.OnChange = func(org, id string, created, active bool) {
+		a.Notify.Notify(app.RolloutKey(org, id))
+		if created && active {
+			a.Notify.Notify(app.NewRolloutsKey())
+		}
+	}
+	ops.OnChange = func(org, id string, created bool) {
+		a.Notify.Notify(app.RolloutKey(org, id))
+		if created {
+			a.Notify.Notify(app.NewOperationsKey())
+		}
+	}
+	runner := projection.NewRunner(projection.Config{Name: "rollout-rollouts", Instance: cfg.Instance,
+		Filter: events.Filter{AggregateType: app.AggregateType}}, rt.JS, rt.Registry, model, rt.Poison, log)
+	model.Waiter = runner
+	opsRunner := projection.NewRunner(projection.Config{Name: "rollout-operations", Instance: cfg.Instance,
+		Filter: events.Filter{AggregateType: machineop.AggregateType}}, rt.JS, rt.Registry, ops, rt.Poison, log)
+	s := &Service{App: a, Rollouts: model, Runner: runner}
+
+	errc := make(chan error, 4)
+	for _, r := range []*projection.Runner{runner, opsRunner} {
+		go func() { errc <- r.Run(bg) }()
+		rt.Health.Add("projection "+r.Name(), func(context.Context) error {
+			if !r.Live() {
+				return errors.New("catching up with the event log")
+			}
+			return nil
+		})
+	}
+	go func() {
+		_ = adapters.Follow(bg, rt.Conn, rt.JS, adapters.Hooks{
+			Machine: func(org, uuid string) { a.Notify.Notify(app.MachineKey(org, uuid)) },
+			Rollout: a.RolloutEvent,
+		}, log)
+	}()
+
+	router, err := handler.NewRouter(rt.JS, rt.Registry, rt.Poison, log, handler.Options{})
+	if err != nil {
+		return err
+	}
+	ports.RegisterEventHandlers(router, a)
+	go func() { errc <- router.Run(bg) }()
+	rt.Health.Add("handlers", func(context.Context) error {
+		select {
+		case <-router.Running():
+			return nil
+		default:
+			return errors.New("event handlers are not running yet")
+		}
+	})
+
+	// Drivers start once the projection has caught up, so that the
+	// supervisor sees every active rollout.
+	superDone := make(chan struct{})
+	go func() {
+		defer close(superDone)
+		if err := runner.WaitLive(bg); err != nil {
+			return
+		}
+		if err := opsRunner.WaitLive(bg); err != nil {
+			return
+		}
+		a.Supervise(bg, 2*time.Second)
+	}()
+
+	srv := command.NewServer(rt.Conn, api.QueueGroup, 64, log)
+	if err := ports.Register(srv, a); err != nil {
+		srv.Close()
+		return err
+	}
+	log.Info("started", "lease_ttl", cfg.LeaseTTL, "poll", a.Settings.Poll, "replan", a.Settings.Replan)
+	if h.Ready != nil {
+		h.Ready <- s
+	}
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		if err != nil && bg.Err() == nil {
+			runErr = fmt.Errorf("%s: %w", Name, err)
+		}
+	}
+	srv.Close()
+	stopBG()
+	<-superDone
+	_ = router.Close()
+	return runErr
 }

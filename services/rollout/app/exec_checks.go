@@ -1,0 +1,108 @@
+package app
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
+	"github.com/anvil-fleet/anvil/services/rollout/domain/checks"
+	"github.com/anvil-fleet/anvil/services/rollout/domain/rollout"
+)
+
+// runChecks gathers the facts the sanity checks judge, and records the
+// results. It touches nothing.
+func (x *executor) runChecks(ctx context.Context) {
+	x.retry(ctx, nil, func() (bool, error) {
+		f, err := x.a.gatherFacts(ctx, x.d.org, &x.state)
+		if err != nil {
+			return false, err
+		}
+		x.report(ctx, rollout.RecordChecks{Results: checks.Evaluate(&x.state, f)})
+		return true, nil
+	})
+}
+
+// gatherFacts reads what the checks need: the cluster's API and version,
+// the target revision's kubelet version, the other active rollouts, the
+// registry's machines, the nodes and the PodDisruptionBudgets. A cluster
+// that does not answer is a fact (the check fails), not an error; a
+// service of ours that does not answer is an error (try again).
+func (a *App) gatherFacts(ctx context.Context, org string, s *rollout.State) (checks.Facts, error) {
+	var f checks.Facts
+	rev, err := a.Revisions.Revision(ctx, org, s.Pool, int(s.Revision))
+	if err != nil {
+		return f, fmt.Errorf("reading revision %d of pool %s: %w", s.Revision, s.Pool, err)
+	}
+	f.KubeletVersion = rev.KubernetesVersion
+
+	for _, h := range a.Rollouts.Active() {
+		if h.Org != org || h.State.ID == s.ID {
+			continue
+		}
+		hold := checks.Holder{Rollout: h.State.ID}
+		for _, m := range h.State.Machines {
+			hold.Machines = append(hold.Machines, m.UUID)
+		}
+		f.Holders = append(f.Holders, hold)
+	}
+
+	var nodes map[string]NodeInfo
+	cl, err := a.Clusters.Cluster(ctx, org, s.Cluster)
+	if err == nil {
+		f.ControlPlaneVersion, err = cl.ServerVersion(ctx)
+	}
+	if err == nil {
+		nodes, err = cl.Nodes(ctx)
+	}
+	if err != nil {
+		f.ClusterError = err.Error()
+	}
+
+	now := a.now()
+	var hosts []string
+	for _, m := range s.Machines {
+		rm, err := a.Registry.Machine(ctx, org, m.UUID)
+		if err != nil {
+			if permanent(err) {
+				continue // unknown to the registry: the check says so
+			}
+			return f, err
+		}
+		fm := checks.Machine{UUID: m.UUID, Status: string(rm.Status), Online: rm.Connectivity == machine.Online}
+		if m.NoNode && !fm.Online && !rm.LastIPXEBootAt.IsZero() && now.Sub(rm.LastIPXEBootAt) <= a.Settings.OnlineWindow {
+			// It waits in its iPXE boot loop, with no agent yet.
+			fm.Online = true
+		}
+		if n, ok := nodes[m.Hostname]; ok {
+			fm.NodeFound, fm.NodeReady, fm.Unschedulable, fm.CordonedByAnvil = n.Found, n.Ready, n.Unschedulable, n.CordonedByAnvil
+		}
+		f.Machines = append(f.Machines, fm)
+		if !m.NoNode {
+			hosts = append(hosts, m.Hostname)
+		}
+	}
+	if cl != nil && f.ClusterError == "" && len(hosts) > 0 {
+		if f.Budgets, err = cl.Budgets(ctx, hosts); err != nil {
+			f.ClusterError = "listing PodDisruptionBudgets: " + err.Error()
+		}
+	}
+	return f, nil
+}
+
+// waitForRollout waits until the rollout this one comes after succeeded
+// or was aborted.
+func (x *executor) waitForRollout(ctx context.Context) {
+	after := x.act.Rollout
+	x.retry(ctx, func() <-chan struct{} { return x.a.Notify.C(rolloutKey(x.d.org, after)) }, func() (bool, error) {
+		snap, ok := x.a.Rollouts.Get(x.d.org, after)
+		if !ok {
+			return false, fmt.Errorf("rollout %s, which this one comes after, is not known (yet)", after)
+		}
+		switch st := snap.State.Status(); st {
+		case rollout.StatusSucceeded, rollout.StatusAborted:
+			x.report(ctx, rollout.ResolveDependency{Rollout: after, Outcome: st})
+			return true, nil
+		}
+		return false, nil
+	})
+}

@@ -1,0 +1,129 @@
+package app
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/anvil-fleet/anvil/libs/events/errs"
+	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
+	"github.com/anvil-fleet/anvil/services/rollout/domain/rollout"
+)
+
+// CordonedByAnnotation names who cordoned a node: anvil's rollouts and
+// operations set it, so that a later rollout knows it may uncordon it.
+const CordonedByAnnotation = "anvil.dev/cordoned-by"
+
+// setTarget points the machine at the rollout's revision in the registry,
+// so that the machine boots it (idempotent there).
+func (x *executor) setTarget(ctx context.Context, revision uint64) error {
+	_, err := x.a.Registry.Command(ctx, x.d.org, x.act.Machine, machine.SetTargetRevision{Revision: revision})
+	return err
+}
+
+// cordon: set the target revision, then cordon the node.
+func (x *executor) cordon(ctx context.Context) {
+	x.retry(ctx, nil, func() (bool, error) {
+		if err := x.setTarget(ctx, x.revision); err != nil {
+			if permanent(err) {
+				x.fail(ctx, "the registry refused to target the machine: "+err.Error())
+				return true, nil
+			}
+			return false, err
+		}
+		cl, err := x.a.Clusters.Cluster(ctx, x.d.org, x.cluster)
+		if err != nil {
+			return false, err
+		}
+		if err := cl.Cordon(ctx, x.act.Node, "rollout/"+x.d.id); err != nil {
+			if errs.KindOf(err) == errs.KindNotFound {
+				x.fail(ctx, fmt.Sprintf("node %s does not exist in cluster %s", x.act.Node, x.cluster))
+				return true, nil
+			}
+			return false, err
+		}
+		x.succeed(ctx, "node cordoned")
+		return true, nil
+	})
+}
+
+// drain evicts the node's pods through the Eviction API; while a budget
+// refuses, the log says which pod and budget, and how long it waited.
+func (x *executor) drain(ctx context.Context) {
+	x.retry(ctx, nil, func() (bool, error) {
+		cl, err := x.a.Clusters.Cluster(ctx, x.d.org, x.cluster)
+		if err != nil {
+			return false, err
+		}
+		err = cl.Drain(ctx, x.act.Node, DrainOptions{
+			GracePeriod: x.act.GracePeriod,
+			Blocked: func(pod, budget, msg string) {
+				x.report(ctx, rollout.RecordDrainBlocked{
+					Machine: x.act.Machine, Attempt: x.act.Attempt, Pod: pod, Budget: budget,
+					WaitedFor: x.a.now().Sub(x.stepStartedAt), Message: msg,
+				})
+			},
+		})
+		switch {
+		case err == nil:
+			x.succeed(ctx, "no evictable pod left")
+			return true, nil
+		case errs.KindOf(err) == errs.KindNotFound:
+			// The node is gone: nothing runs there any more.
+			x.succeed(ctx, "node "+x.act.Node+" no longer exists; nothing to drain")
+			return true, nil
+		case permanent(err):
+			x.fail(ctx, "drain: "+err.Error())
+			return true, nil
+		}
+		return false, err
+	})
+}
+
+// waitReady waits until the node is Ready.
+func (x *executor) waitReady(ctx context.Context) {
+	var cl Cluster
+	x.retry(ctx, func() <-chan struct{} {
+		if cl == nil {
+			return nil
+		}
+		return cl.NodeChanged(x.act.Node)
+	}, func() (bool, error) {
+		if cl == nil {
+			c, err := x.a.Clusters.Cluster(ctx, x.d.org, x.cluster)
+			if err != nil {
+				return false, err
+			}
+			cl = c
+		}
+		n, err := cl.Node(ctx, x.act.Node)
+		if err != nil {
+			return false, err
+		}
+		if n.Found && n.Ready {
+			x.succeed(ctx, "node is Ready")
+			return true, nil
+		}
+		return false, nil
+	})
+}
+
+// uncordon makes the node schedulable again; for an abort's release it
+// then points the registry back at the revision the machine runs.
+func (x *executor) uncordon(ctx context.Context) {
+	x.retry(ctx, nil, func() (bool, error) {
+		cl, err := x.a.Clusters.Cluster(ctx, x.d.org, x.cluster)
+		if err != nil {
+			return false, err
+		}
+		if err := cl.Uncordon(ctx, x.act.Node); err != nil {
+			return false, err
+		}
+		if x.act.Release && x.machine.CurrentRevision > 0 {
+			if err := x.setTarget(ctx, x.machine.CurrentRevision); err != nil && !permanent(err) {
+				return false, err
+			}
+		}
+		x.succeed(ctx, "node uncordoned")
+		return true, nil
+	})
+}

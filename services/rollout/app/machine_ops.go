@@ -1,0 +1,304 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/anvil-fleet/anvil/libs/events"
+	"github.com/anvil-fleet/anvil/libs/events/errs"
+	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
+	"github.com/anvil-fleet/anvil/services/revisions/domain/pool"
+	"github.com/anvil-fleet/anvil/services/rollout/domain/machineop"
+)
+
+// Operations is the read model of the one-machine operations.
+type Operations interface {
+	Get(org, id string) (OperationSnapshot, bool)
+	// Running lists the operations that are not over.
+	Running() []OperationSnapshot
+	// ForMachine lists a machine's operations, newest first.
+	ForMachine(org, uuid string) []OperationSnapshot
+	List(org string) []OperationSnapshot
+}
+
+// OperationSnapshot is one machine operation as the read model holds it.
+type OperationSnapshot struct {
+	Org     string
+	State   machineop.State
+	Version uint64
+}
+
+// MachineOperationTriggers are the registry events that start (or cancel)
+// a machine operation.
+var MachineOperationTriggers = []string{
+	"machine.maintenance_requested", "machine.maintenance_exited", "machine.unassign_started",
+	"machine.deletion_started", "machine.deletion_aborting",
+}
+
+// OperationIDFor is the id of the operation a registry event starts:
+// deterministic, so that a redelivered event finds it.
+func OperationIDFor(eventID string) string { return "op-" + RolloutIDFor(eventID)[3:] }
+
+// StartMachineOperation starts the operation a registry event asks for.
+// Idempotent: the operation's id comes from the event's.
+func (a *App) StartMachineOperation(ctx context.Context, env *events.Envelope, payload any) error {
+	var kind machineop.Kind
+	switch env.Type {
+	case "machine.maintenance_requested":
+		kind = machineop.KindMaintenanceEnter
+	case "machine.maintenance_exited":
+		kind = machineop.KindMaintenanceExit
+	case "machine.unassign_started":
+		kind = machineop.KindUnassign
+	case "machine.deletion_started":
+		kind = machineop.KindDeletion
+		if e, ok := deref(payload).(machine.DeletionStarted); ok {
+			switch e.Policy {
+			case machine.DeletionForced:
+				return nil // the registry removed it at once; nothing waits for us
+			case machine.DeletionUnsafe:
+				kind = machineop.KindDeletionFinish
+			}
+		}
+	case "machine.deletion_aborting":
+		kind = machineop.KindDeletionAbort
+		if err := a.cancelOperations(ctx, env.Org, env.AggregateID, machineop.KindDeletion, "the deletion was aborted"); err != nil {
+			return err
+		}
+	default:
+		return nil
+	}
+	id := OperationIDFor(env.ID)
+	r := events.AggregateRef{Org: env.Org, Type: machineop.AggregateType, ID: id}
+	existing, err := a.Store.Load(ctx, r)
+	if err != nil {
+		return err
+	}
+	if len(existing) > 0 {
+		return nil
+	}
+	m, err := a.Registry.Machine(ctx, env.Org, env.AggregateID)
+	if err != nil {
+		if permanent(err) {
+			return nil // gone: nothing to do
+		}
+		return err
+	}
+	started := machineop.Started{ID: id, Kind: kind, Machine: env.AggregateID, Node: m.Hostname, Pool: m.Pool,
+		DrainTimeout: pool.DefaultDrainTimeout.Std(), Cause: env.Type + " " + env.ID, At: a.now()}
+	if m.Pool != "" && m.Hostname != "" {
+		p, err := a.Revisions.Pool(ctx, env.Org, m.Pool)
+		switch {
+		case err == nil:
+			started.Cluster = p.Cluster
+			if st, err := poolStrategy(p.Spec.Rollout); err == nil {
+				st = st.WithDefaults()
+				started.DrainTimeout = st.DrainTimeout.Std()
+				if g := st.DrainGracePeriod; g != nil {
+					gp := g.Std()
+					started.GracePeriod = &gp
+				}
+			}
+		case !permanent(err):
+			return err
+		}
+	}
+	started.Steps = machineop.StepsOf(kind, started.Cluster != "")
+	if err := started.Validate(); err != nil {
+		return err
+	}
+	_, err = a.Store.Append(ctx, r, 0, events.Draft{Payload: started})
+	var conflict *events.ConflictError
+	if err != nil && !errors.As(err, &conflict) {
+		return err
+	}
+	a.Log.InfoContext(ctx, "machine operation started", "org", env.Org, "operation", id, "kind", kind, "machine", env.AggregateID)
+	return nil
+}
+
+// cancelOperations cancels the machine's running operations of kind.
+func (a *App) cancelOperations(ctx context.Context, org, uuid string, kind machineop.Kind, reason string) error {
+	if a.Operations == nil {
+		return nil
+	}
+	for _, op := range a.Operations.ForMachine(org, uuid) {
+		if op.State.Kind != kind || op.State.Status.Final() {
+			continue
+		}
+		r := events.AggregateRef{Org: org, Type: machineop.AggregateType, ID: op.State.ID}
+		_, err := a.Store.Append(ctx, r, events.Any, events.Draft{ID: "cancel-" + op.State.ID, Payload: machineop.Cancelled{Reason: reason, At: a.now()}})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// DriveOperation runs one machine operation to its end (or until ctx
+// ends). Whoever calls it holds its lease. Every step is idempotent, and
+// each is recorded as started before its action: a new driver re-drives
+// the current step.
+func (a *App) DriveOperation(ctx context.Context, org, id string) error {
+	r := events.AggregateRef{Org: org, Type: machineop.AggregateType, ID: id}
+	var st machineop.State
+	var version uint64
+	load := func() error {
+		envs, err := a.Store.Load(ctx, r)
+		if err != nil {
+			return err
+		}
+		st, version = machineop.State{}, events.Version(envs)
+		for i := range envs {
+			if p, err := a.Events.Decode(&envs[i]); err == nil {
+				st.Apply(p)
+			}
+		}
+		return nil
+	}
+	appendEvs := func(evs ...any) error {
+		drafts := make([]events.Draft, len(evs))
+		for i, e := range evs {
+			drafts[i] = events.Draft{Payload: e.(events.Payload)}
+		}
+		envs, err := a.Store.Append(ctx, r, version, drafts...)
+		if err != nil {
+			return err // a conflict: reload
+		}
+		for _, e := range evs {
+			st.Apply(e)
+		}
+		version = events.Version(envs)
+		return nil
+	}
+	if err := load(); err != nil {
+		return err
+	}
+	for ctx.Err() == nil {
+		if st.Status.Final() {
+			return nil
+		}
+		evs, act := machineop.Next(st, a.now())
+		if len(evs) > 0 {
+			if f, ok := evs[0].(machineop.Failed); ok {
+				if err := a.reportOperationFailure(ctx, org, st, f.Reason); err != nil {
+					a.Log.Warn("reporting a failed operation", "operation", id, "err", err)
+				}
+			}
+			if err := appendEvs(evs...); err != nil {
+				if err := load(); err != nil && ctx.Err() == nil {
+					sleep(ctx, a.Settings.Poll)
+				}
+			}
+			continue
+		}
+		if !act {
+			return nil
+		}
+		step := st.Step()
+		sctx, cancel := context.WithDeadline(ctx, st.Deadline)
+		msg, err := a.runOperationStep(sctx, org, st, func(b machineop.DrainBlocked) {
+			if st.Blocked == nil || st.Blocked.Pod != b.Pod || b.At.Sub(st.Blocked.At) >= time.Minute {
+				_ = appendEvs(b)
+			}
+		})
+		cancel()
+		switch {
+		case err == nil:
+			if err := appendEvs(machineop.StepSucceeded{Step: step, Message: msg, At: a.now()}); err != nil {
+				_ = load()
+			}
+		case permanent(err):
+			f := machineop.Failed{Step: step, Reason: err.Error(), At: a.now()}
+			if rerr := a.reportOperationFailure(ctx, org, st, f.Reason); rerr != nil {
+				a.Log.Warn("reporting a failed operation", "operation", id, "err", rerr)
+			}
+			if err := appendEvs(f); err != nil {
+				_ = load()
+			}
+		default:
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			a.Log.Warn("machine operation step failed; trying again", "operation", id, "step", step, "err", err)
+			// Look for a cancellation, then try again.
+			if err := load(); err == nil && !st.Status.Final() {
+				sleep(ctx, a.Settings.Poll)
+			}
+		}
+	}
+	return ctx.Err()
+}
+
+// runOperationStep carries out one step.
+func (a *App) runOperationStep(ctx context.Context, org string, st machineop.State, blocked func(machineop.DrainBlocked)) (string, error) {
+	var cl Cluster
+	if st.Cluster != "" {
+		c, err := a.Clusters.Cluster(ctx, org, st.Cluster)
+		if err != nil {
+			return "", err
+		}
+		cl = c
+	}
+	switch st.Step() {
+	case machineop.StepCordon:
+		err := cl.Cordon(ctx, st.Node, "operation/"+st.ID)
+		if errs.KindOf(err) == errs.KindNotFound {
+			return "node " + st.Node + " does not exist; nothing to cordon", nil
+		}
+		return "node cordoned", err
+	case machineop.StepDrain:
+		err := cl.Drain(ctx, st.Node, DrainOptions{GracePeriod: st.GracePeriod, Blocked: func(pod, budget, msg string) {
+			now := a.now()
+			blocked(machineop.DrainBlocked{Pod: pod, Budget: budget, Message: msg, WaitedFor: now.Sub(st.StepAt), At: now})
+		}})
+		if errs.KindOf(err) == errs.KindNotFound {
+			return "node " + st.Node + " does not exist; nothing to drain", nil
+		}
+		return "no evictable pod left", err
+	case machineop.StepUncordon:
+		return "node uncordoned", cl.Uncordon(ctx, st.Node)
+	case machineop.StepDeleteNode:
+		return "node deleted", cl.DeleteNode(ctx, st.Node)
+	case machineop.StepPrepared:
+		_, err := a.Registry.Command(ctx, org, st.Machine, machine.CompleteDeletionPreparation{})
+		return "the drain is done; the deletion can no longer be aborted", err
+	case machineop.StepComplete:
+		var cmd any
+		switch st.Kind {
+		case machineop.KindMaintenanceEnter:
+			cmd = machine.CompleteMaintenanceEntry{}
+		case machineop.KindUnassign:
+			cmd = machine.CompleteUnassign{}
+		case machineop.KindDeletion, machineop.KindDeletionFinish:
+			cmd = machine.CompleteDeletion{}
+		case machineop.KindDeletionAbort:
+			cmd = machine.CompleteDeletionAbort{}
+		default:
+			return "", nil
+		}
+		_, err := a.Registry.Command(ctx, org, st.Machine, cmd)
+		return "the registry completed the machine's transition", err
+	}
+	return "", errs.Internal("unknown step %q", st.Step())
+}
+
+// reportOperationFailure tells the registry that the transition failed.
+func (a *App) reportOperationFailure(ctx context.Context, org string, st machineop.State, reason string) error {
+	reason = fmt.Sprintf("operation %s (%s): %s", st.ID, st.Kind, reason)
+	var cmd any
+	switch st.Kind {
+	case machineop.KindMaintenanceEnter, machineop.KindUnassign:
+		cmd = machine.MarkFailed{Reason: reason}
+	case machineop.KindDeletion, machineop.KindDeletionFinish, machineop.KindDeletionAbort:
+		cmd = machine.FailDeletion{Reason: reason}
+	default:
+		return nil
+	}
+	_, err := a.Registry.Command(ctx, org, st.Machine, cmd)
+	if permanent(err) {
+		return nil
+	}
+	return err
+}

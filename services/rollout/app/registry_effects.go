@@ -1,0 +1,80 @@
+package app
+
+import (
+	"context"
+
+	"github.com/anvil-fleet/anvil/libs/events"
+	"github.com/anvil-fleet/anvil/libs/events/errs"
+	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
+	"github.com/anvil-fleet/anvil/services/rollout/domain/rollout"
+)
+
+// RegistryEffectTypes are the rollout events the registry hears about.
+var RegistryEffectTypes = []string{"rollout.machine_done", "rollout.step_failed", "rollout.machine_released"}
+
+// ApplyRegistryEffect tells the registry what a rollout event means for
+// the machine: done → ready at the revision; a failed step → failed with
+// the reason; released by an abort → ready at the revision it still runs.
+// Every registry command here is idempotent, so a redelivered event
+// changes nothing twice. A refusal (the machine was deleted or moved on)
+// is final and logged, not retried.
+func (a *App) ApplyRegistryEffect(ctx context.Context, env *events.Envelope, payload any) error {
+	var uuid string
+	var cmds []any
+	switch e := deref(payload).(type) {
+	case rollout.MachineDone:
+		rev, ok := a.rolloutRevision(ctx, env)
+		if !ok {
+			return errs.Unavailable("rollout %s is not in the read model yet", env.AggregateID)
+		}
+		uuid, cmds = e.Machine, []any{machine.MarkReady{Revision: rev}}
+	case rollout.StepFailed:
+		uuid, cmds = e.Machine, []any{machine.MarkFailed{Reason: "rollout " + env.AggregateID + ": " + string(e.Step) + ": " + e.Reason}}
+	case rollout.MachineReleased:
+		snap, ok := a.Rollouts.Get(env.Org, env.AggregateID)
+		if !ok {
+			return errs.Unavailable("rollout %s is not in the read model yet", env.AggregateID)
+		}
+		m, ok := snap.State.Machine(e.Machine)
+		if !ok || m.CurrentRevision == 0 {
+			return nil // it never ran a revision of the pool: nothing to go back to
+		}
+		uuid, cmds = e.Machine, []any{machine.SetTargetRevision{Revision: m.CurrentRevision}, machine.MarkReady{Revision: m.CurrentRevision}}
+	default:
+		return nil
+	}
+	for _, c := range cmds {
+		if _, err := a.Registry.Command(ctx, env.Org, uuid, c); err != nil {
+			if permanent(err) {
+				a.Log.WarnContext(ctx, "the registry refused a rollout's update", "org", env.Org, "machine", uuid,
+					"rollout", env.AggregateID, "event", env.Type, "err", err)
+				return nil
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+func (a *App) rolloutRevision(ctx context.Context, env *events.Envelope) (uint64, bool) {
+	if err := a.Rollouts.WaitFor(ctx, env.Sequence); err != nil {
+		return 0, false
+	}
+	snap, ok := a.Rollouts.Get(env.Org, env.AggregateID)
+	return snap.State.Revision, ok
+}
+
+// deref turns a decoded *T payload into T.
+func deref(p any) any {
+	switch e := p.(type) {
+	case *rollout.MachineDone:
+		return *e
+	case *rollout.StepFailed:
+		return *e
+	case *rollout.MachineReleased:
+		return *e
+	case *machine.DeletionStarted:
+		return *e
+	}
+	return p
+}

@@ -1,0 +1,232 @@
+package app
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/anvil-fleet/anvil/libs/events"
+	"github.com/anvil-fleet/anvil/libs/events/errs"
+	regapi "github.com/anvil-fleet/anvil/services/registry/api"
+	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
+	revapi "github.com/anvil-fleet/anvil/services/revisions/api"
+	"github.com/anvil-fleet/anvil/services/revisions/domain/pool"
+	"github.com/anvil-fleet/anvil/services/rollout/domain/rollout"
+)
+
+// StartRollout is a rollout to start: a pool revision, for the whole pool
+// or one machine of it.
+type StartRollout struct {
+	ID          string
+	Org         string
+	Pool        string
+	Cluster     string
+	Revision    uint64
+	Hash        string
+	Rollback    bool
+	After       string
+	Machine     string // one machine's UUID, or all of the pool's
+	Strategy    pool.Rollout
+	RequestedBy string
+}
+
+// RolloutIDFor is the id of the rollout that an event (a
+// pool.apply_requested) starts: deterministic, so that a redelivered event
+// finds the rollout it already started.
+func RolloutIDFor(eventID string) string {
+	sum := sha256.Sum256([]byte("rollout\x00" + eventID))
+	return "ro-" + hex.EncodeToString(sum[:10])
+}
+
+// Start snapshots the pool's machines from the registry and starts the
+// rollout. Starting one that exists already (a redelivery, a retried
+// request) returns it unchanged.
+func (a *App) Start(ctx context.Context, c StartRollout) (uint64, error) {
+	if c.After != "" {
+		if c.After == c.ID {
+			return 0, errs.Invalid("after", "a rollout cannot come after itself")
+		}
+		if _, ok := a.Rollouts.Get(c.Org, c.After); !ok {
+			return 0, errs.Invalid("after", "rollout %q does not exist in organization %s", c.After, c.Org)
+		}
+	}
+	existing, err := a.Store.Load(ctx, ref(c.Org, c.ID))
+	if err != nil {
+		return 0, errs.Unavailable("reading rollout %s: %v", c.ID, err)
+	}
+	if len(existing) > 0 {
+		return events.Version(existing), nil
+	}
+	ms, err := a.Registry.PoolMachines(ctx, c.Org, c.Pool)
+	if err != nil {
+		return 0, err
+	}
+	cmd := rollout.Start{
+		ID: c.ID, Pool: c.Pool, Cluster: c.Cluster, Revision: c.Revision, Hash: c.Hash, Rollback: c.Rollback,
+		After: c.After, PoolSize: len(ms), Strategy: rollout.Strategy{Rollout: c.Strategy}, RequestedBy: c.RequestedBy,
+	}
+	found := false
+	for _, m := range ms {
+		if c.Machine != "" && m.UUID != c.Machine {
+			continue
+		}
+		found = true
+		if why := excluded(m); why != "" {
+			cmd.Excluded = append(cmd.Excluded, rollout.Exclusion{UUID: m.UUID, Hostname: m.Hostname, Reason: why})
+			continue
+		}
+		cmd.Machines = append(cmd.Machines, rollout.Machine{
+			UUID: m.UUID, Hostname: m.Hostname, ControlPlane: m.ControlPlane, UpgradeIndex: m.UpgradeIndex,
+			CurrentRevision: m.CurrentRevision, NoNode: noNode(m),
+		})
+	}
+	if c.Machine != "" && !found {
+		return 0, errs.Invalid("machine", "machine %s is not in pool %s", c.Machine, c.Pool)
+	}
+	if cmd.PoolSize < len(cmd.Machines) || cmd.PoolSize == 0 {
+		cmd.PoolSize = max(len(cmd.Machines), 1)
+	}
+	evs, err := rollout.Decide(rollout.State{}, cmd, a.now())
+	if err != nil {
+		return 0, err
+	}
+	drafts := make([]events.Draft, len(evs))
+	for i, e := range evs {
+		drafts[i] = events.Draft{Payload: e.(events.Payload)}
+	}
+	envs, err := a.Store.Append(ctx, ref(c.Org, c.ID), 0, drafts...)
+	var conflict *events.ConflictError
+	if errors.As(err, &conflict) {
+		return conflict.Actual, nil // started by a concurrent delivery
+	}
+	if err != nil {
+		return 0, errs.Unavailable("starting rollout %s: %v", c.ID, err)
+	}
+	a.Log.InfoContext(ctx, "rollout started", "org", c.Org, "rollout", c.ID, "pool", c.Pool, "revision", c.Revision,
+		"machines", len(cmd.Machines), "excluded", len(cmd.Excluded))
+	return events.Version(envs), nil
+}
+
+// excluded says why a machine of the pool is left out of a rollout, or "".
+func excluded(m regapi.Machine) string {
+	switch m.Status {
+	case machine.StatusEnteringMaintenance, machine.StatusMaintenance:
+		return "in maintenance"
+	case machine.StatusUnassigning:
+		return "leaving the pool"
+	case machine.StatusDeleting:
+		return "being deleted"
+	case machine.StatusPreregistered:
+		return "never booted (pre-registered); it joins when it first boots"
+	case machine.StatusReadyUnassigned:
+		return "not in the pool"
+	}
+	if m.Hostname == "" {
+		return "it has no hostname, so no node name"
+	}
+	return ""
+}
+
+// noNode reports whether the machine never joined its cluster: it has no
+// node to cordon or drain.
+func noNode(m regapi.Machine) bool {
+	switch m.Status {
+	case machine.StatusPending, machine.StatusProvisioning:
+		return true
+	case machine.StatusFailed:
+		return m.Failure != nil && (m.Failure.During == machine.StatusPending || m.Failure.During == machine.StatusProvisioning)
+	}
+	return false
+}
+
+// StartFromApply starts the rollout that a pool.apply_requested asks for.
+func (a *App) StartFromApply(ctx context.Context, env *events.Envelope, e pool.ApplyRequested) error {
+	if e.Revision <= 0 {
+		return errs.Invalid("revision", "must be 1 or more, got %d", e.Revision)
+	}
+	_, err := a.Start(ctx, StartRollout{
+		ID: RolloutIDFor(env.ID), Org: env.Org, Pool: e.Pool, Cluster: e.Cluster, Revision: uint64(e.Revision),
+		Hash: e.Hash, Rollback: e.Rollback, Strategy: e.Rollout, RequestedBy: e.RequestedBy,
+	})
+	return err
+}
+
+// StartRequested starts a rollout that a user asked for directly (one
+// machine, or a pool after another rollout). Revision 0 is the pool's
+// latest.
+func (a *App) StartRequested(ctx context.Context, org, poolName string, revision int, machineUUID, after, id, by string) (string, uint64, error) {
+	var f errs.Fields
+	if revision < 0 {
+		f.Add("revision", "must be 0 (the latest) or a revision number")
+	}
+	if poolName == "" {
+		f.Add("pool", "is required")
+	}
+	if err := f.Err(); err != nil {
+		return "", 0, err
+	}
+	p, err := a.Revisions.Pool(ctx, org, poolName)
+	if err != nil {
+		return "", 0, err
+	}
+	if p.Deleted {
+		return "", 0, errs.Conflict("pool %s is deleted", poolName)
+	}
+	if revision == 0 {
+		revision = p.LatestRevision
+	}
+	rev, err := a.Revisions.Revision(ctx, org, poolName, revision)
+	if err != nil {
+		return "", 0, err
+	}
+	if id == "" {
+		id = "ro-" + hex.EncodeToString(randomBytes(10))
+	}
+	strategy, err := poolStrategy(p.Spec.Rollout)
+	if err != nil {
+		return "", 0, err
+	}
+	v, err := a.Start(ctx, StartRollout{
+		ID: id, Org: org, Pool: poolName, Cluster: p.Cluster, Revision: uint64(revision), Hash: rev.Hash,
+		Rollback: p.AppliedRevision > revision, After: after, Machine: machineUUID, Strategy: strategy,
+		RequestedBy: by,
+	})
+	return id, v, err
+}
+
+// waitVersion waits (briefly) until the read model applied version v.
+func (a *App) waitVersion(ctx context.Context, v uint64) error {
+	if v == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := a.Rollouts.WaitFor(ctx, v); err != nil {
+		return errs.Unavailable("the rollout read model did not catch up with version %d: %v", v, err)
+	}
+	return nil
+}
+
+// poolStrategy reads the pool's rollout settings as the revisions API
+// shows them (the same JSON as the domain's).
+func poolStrategy(r revapi.Rollout) (pool.Rollout, error) {
+	var out pool.Rollout
+	b, err := json.Marshal(r)
+	if err == nil {
+		err = json.Unmarshal(b, &out)
+	}
+	if err != nil {
+		return out, errs.Internal("reading the pool's rollout settings: %v", err)
+	}
+	return out, nil
+}
+
+func randomBytes(n int) []byte {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return b
+}

@@ -1,0 +1,184 @@
+// Package readmodel holds the rollout service's projections: every
+// rollout's Operation view (for the API, the sanity checks' "exclusive"
+// rule and the supervisor), and every one-machine operation's.
+package readmodel
+
+import (
+	"context"
+	"slices"
+	"sync"
+
+	"github.com/anvil-fleet/anvil/libs/events"
+	"github.com/anvil-fleet/anvil/services/rollout/app"
+	"github.com/anvil-fleet/anvil/services/rollout/domain/operation"
+)
+
+// Rollouts is the projection of every rollout event. It implements
+// projection.Model and app.Rollouts.
+type Rollouts struct {
+	// OnChange is called after an event was applied to rollout org/id;
+	// created is set for its first event, active tells whether it still
+	// runs. It must not block.
+	OnChange func(org, id string, created, active bool)
+	// Waiter waits until the projection applied a sequence (the runner).
+	Waiter interface {
+		WaitFor(ctx context.Context, seq uint64) error
+	}
+
+	mu         sync.RWMutex
+	checkpoint uint64
+	byKey      map[string]*entry
+	order      []*entry // oldest first
+}
+
+type entry struct {
+	org     string
+	view    operation.View
+	version uint64
+	at      events.Envelope // the last event's envelope (time), without payload
+}
+
+// NewRollouts returns an empty model.
+func NewRollouts() *Rollouts { return &Rollouts{byKey: map[string]*entry{}} }
+
+func key(org, id string) string { return org + "/" + id }
+
+// Apply implements projection.Model.
+func (m *Rollouts) Apply(env *events.Envelope, payload any) error {
+	m.mu.Lock()
+	k := key(env.Org, env.AggregateID)
+	e, ok := m.byKey[k]
+	if !ok {
+		e = &entry{org: env.Org}
+	}
+	e.view.Apply(payload)
+	created := !ok && e.view.ID != ""
+	if created {
+		m.byKey[k] = e
+		m.order = append(m.order, e)
+	}
+	if ok || created {
+		e.version = env.Sequence
+		e.at = events.Envelope{Time: env.Time}
+	}
+	m.checkpoint = env.Sequence
+	active := e.view.ID != "" && !e.view.Status.Final()
+	m.mu.Unlock()
+	if (ok || created) && m.OnChange != nil {
+		m.OnChange(env.Org, env.AggregateID, created, active)
+	}
+	return nil
+}
+
+// Skip implements projection.Model.
+func (m *Rollouts) Skip(seq uint64) {
+	m.mu.Lock()
+	m.checkpoint = seq
+	m.mu.Unlock()
+}
+
+// Checkpoint implements projection.Model.
+func (m *Rollouts) Checkpoint() uint64 {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.checkpoint
+}
+
+// Reset implements projection.Model.
+func (m *Rollouts) Reset() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.checkpoint, m.byKey, m.order = 0, map[string]*entry{}, nil
+}
+
+// Get implements app.Rollouts.
+func (m *Rollouts) Get(org, id string) (app.Snapshot, bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	e, ok := m.byKey[key(org, id)]
+	if !ok {
+		return app.Snapshot{}, false
+	}
+	return app.Snapshot{Org: org, State: e.view.State(), Version: e.version}, true
+}
+
+// Active implements app.Rollouts.
+func (m *Rollouts) Active() []app.Snapshot {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	var out []app.Snapshot
+	for _, e := range m.order {
+		if !e.view.Status.Final() {
+			out = append(out, app.Snapshot{Org: e.org, State: e.view.State(), Version: e.version})
+		}
+	}
+	return out
+}
+
+// WaitFor implements app.Rollouts.
+func (m *Rollouts) WaitFor(ctx context.Context, seq uint64) error {
+	if m.Waiter == nil {
+		return nil
+	}
+	return m.Waiter.WaitFor(ctx, seq)
+}
+
+func (e *entry) export(withLog, withMachines bool) app.RolloutView {
+	st := e.view.State()
+	v := e.view
+	v.Machines = nil
+	v.Log = nil
+	if withMachines {
+		v.Machines = slices.Clone(e.view.Machines)
+	}
+	if withLog {
+		v.Log = slices.Clone(e.view.Log)
+	}
+	v.Excluded = slices.Clone(e.view.Excluded)
+	v.Checks = slices.Clone(e.view.Checks)
+	return app.RolloutView{
+		Org: e.org, View: v, Cluster: st.Cluster, Strategy: st.Strategy, RequestedBy: st.RequestedBy,
+		UpdatedAt: e.at.Time, Version: e.version, LogLength: len(e.view.Log),
+	}
+}
+
+// View implements app.Rollouts.
+func (m *Rollouts) View(org, id string, withLog bool) (app.RolloutView, bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	e, ok := m.byKey[key(org, id)]
+	if !ok {
+		return app.RolloutView{}, false
+	}
+	return e.export(withLog, true), true
+}
+
+// List implements app.Rollouts.
+func (m *Rollouts) List(org string) []app.RolloutView {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	var out []app.RolloutView
+	for i := len(m.order) - 1; i >= 0; i-- {
+		if e := m.order[i]; e.org == org {
+			out = append(out, e.export(false, false))
+		}
+	}
+	return out
+}
+
+// Log implements app.Rollouts.
+func (m *Rollouts) Log(org, id string, after, limit int) (app.LogSlice, bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	e, ok := m.byKey[key(org, id)]
+	if !ok {
+		return app.LogSlice{}, false
+	}
+	log := e.view.Log
+	after = min(after, len(log))
+	end := min(after+limit, len(log))
+	return app.LogSlice{
+		Entries: slices.Clone(log[after:end]), Next: end, Status: string(e.view.Status),
+		Final: e.view.Status.Final() && end == len(log),
+	}, true
+}

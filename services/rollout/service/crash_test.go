@@ -1,0 +1,77 @@
+package service_test
+
+import (
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"github.com/anvil-fleet/anvil/services/rollout/domain/rollout"
+	"github.com/anvil-fleet/anvil/sim"
+)
+
+// crashes: the rollout service is killed at 20 random moments of a
+// 30-machine rollout and started again each time. The rollout completes,
+// never more than maxUnavailable nodes were unschedulable, and no machine
+// was told to reboot twice for the same step.
+func crashes(s *stack) {
+	org, pool := "crash", "crash"
+	tok := s.org(org)
+	s.cluster(org, "c1")
+	// A reboot takes a while, so that the kills land in every step.
+	fleet := s.fleetFor(tok, func(c *sim.Config) { c.RebootTime, c.RebootJitter = 1500*time.Millisecond, 500*time.Millisecond })
+	ms := s.machines(org, pool, fleet, 30)
+	s.createPool(org, pool, "c1", poolSpec("1", steady("3")))
+	watch := s.watchNodes(pool + "-")
+	rev := s.apply(org, pool, poolSpec("2", steady("3")))
+
+	rng := rand.New(rand.NewPCG(7, uint64(time.Now().UnixNano())))
+	kills := 0
+	for kills < 20 {
+		time.Sleep(time.Duration(50+rng.IntN(700)) * time.Millisecond)
+		if r, ok := s.findRollout(org, pool, uint64(rev)); ok && r.Status.Final() {
+			break
+		}
+		s.killRollout()
+		kills++
+		if rng.IntN(3) == 0 {
+			time.Sleep(time.Duration(rng.IntN(500)) * time.Millisecond) // down for a while
+		}
+		s.startRollout()
+	}
+	r := s.waitRollout(org, pool, uint64(rev), 5*time.Minute, rollout.StatusSucceeded)
+	s.t.Logf("killed the rollout service %d times; the rollout took %s", kills, r.FinishedAt.Sub(r.StartedAt))
+	if kills < 20 {
+		s.t.Fatalf("the rollout finished after only %d kills; make it longer", kills)
+	}
+	if r.Progress.Done != 30 {
+		s.t.Fatalf("progress %+v", r.Progress)
+	}
+	if got := watch.maxCordoned(); got > 3 {
+		s.t.Fatalf("%d nodes were unschedulable at once; maxUnavailable is 3", got)
+	}
+	if c := s.cordoned(pool + "-"); len(c) > 0 {
+		s.t.Fatalf("left cordoned: %v", c)
+	}
+	lines := s.log(org, r.ID)
+	for _, m := range ms {
+		if n := len(m.Reboots()); n != 1 {
+			s.t.Fatalf("%s rebooted %d times, want exactly once", m.Hostname(), n)
+		}
+		starts := 0
+		for _, l := range lines {
+			if strings.Contains(l, " "+m.Hostname()+" reboot started") {
+				starts++
+			}
+		}
+		if starts != 1 {
+			s.t.Fatalf("%s: %d reboot steps started, want 1", m.Hostname(), starts)
+		}
+	}
+	instr, err := s.instructionsOf(org, r.ID)
+	must(s.t, err)
+	for uuid, n := range instr {
+		if n != 1 {
+			s.t.Fatalf("machine %s got %d reboot instructions in the log, want 1", uuid, n)
+		}
+	}
+}

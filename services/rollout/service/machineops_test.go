@@ -1,0 +1,98 @@
+package service_test
+
+import (
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/anvil-fleet/anvil/libs/kubeharness"
+	regapi "github.com/anvil-fleet/anvil/services/registry/api"
+	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
+	"github.com/anvil-fleet/anvil/services/rollout/api"
+)
+
+// maintenanceAndDelete: maintenance and a graceful delete run the same
+// cordon and drain path as rollouts, each as an Operation with its log.
+func maintenanceAndDelete(s *stack) {
+	org, pool := "ops", "ops"
+	tok := s.org(org)
+	s.cluster(org, "c1")
+	fleet := s.fleetFor(tok, nil)
+	ms := s.machines(org, pool, fleet, 2)
+	s.createPool(org, pool, "c1", poolSpec("1", steady("1")))
+	must(s.t, s.cp.CreateNamespace(s.ctx, "ops-shop"))
+	_, err := s.cp.CreatePods(s.ctx, kubeharness.Pods{Namespace: "ops-shop", Name: "web", Nodes: []string{pool + "-m01", pool + "-m02"}})
+	must(s.t, err)
+
+	command := func(uuid string, c machine.Command) {
+		s.t.Helper()
+		r, err := s.reg.Machine(s.ctx, org, uuid, c, 0)
+		must(s.t, err)
+		must(s.t, s.regs.Machines.WaitFor(s.ctx, r.Version))
+	}
+	status := func(uuid string) string {
+		r, err := s.reg.GetMachine(s.ctx, regapi.MachineGet{Org: org, UUID: uuid})
+		if err != nil {
+			return err.Error()
+		}
+		return string(r.Machine.Status)
+	}
+
+	// Maintenance on: cordon and drain, then the registry says maintenance.
+	m1 := ms[0].UUID()
+	command(m1, machine.SetMaintenance{Enabled: true})
+	s.eventually("m01 in maintenance", time.Minute, func() (bool, string) { st := status(m1); return st == "maintenance", st })
+	if c := s.cordoned(pool + "-"); len(c) != 1 || c[0] != pool+"-m01" {
+		s.t.Fatalf("cordoned %v", c)
+	}
+	pods, err := s.cp.PodsOnNode(s.ctx, pool+"-m01", nil)
+	must(s.t, err)
+	if len(pods) != 0 {
+		s.t.Fatalf("%d pods left on m01 in maintenance", len(pods))
+	}
+	ops, err := s.api.ListOperations(s.ctx, api.ListRequest{Org: org, Kind: "machine"})
+	must(s.t, err)
+	if len(ops.Items) != 1 || ops.Items[0].Kind != api.KindMaintenanceEnter || ops.Items[0].Status != "succeeded" {
+		s.t.Fatalf("operations %+v", ops.Items)
+	}
+	op, err := s.api.GetOperation(s.ctx, api.GetRequest{Org: org, ID: ops.Items[0].ID})
+	must(s.t, err)
+	var steps []string
+	for _, e := range op.Log {
+		steps = append(steps, string(e.Step)+" "+e.Outcome)
+	}
+	if got := strings.Join(steps, ", "); got != " started, cordon started, cordon succeeded, drain started, drain succeeded, complete started, complete succeeded,  succeeded" {
+		s.t.Fatalf("maintenance log: %s", got)
+	}
+
+	// Maintenance off: uncordoned, ready again.
+	command(m1, machine.SetMaintenance{Enabled: false})
+	s.eventually("m01 uncordoned", time.Minute, func() (bool, string) {
+		c := s.cordoned(pool + "-")
+		return len(c) == 0, strings.Join(c, ",")
+	})
+	if st := status(m1); st != "ready" {
+		s.t.Fatalf("m01 is %s after maintenance", st)
+	}
+
+	// A graceful delete of m02: cordon, drain, then the node is removed
+	// and the machine is gone.
+	m2 := ms[1].UUID()
+	fleet.Machine(m2).NeverJoin(true) // powered off for good: its node must not come back
+	command(m2, machine.Delete{Policy: machine.DeletionGraceful})
+	s.eventually("m02 deleted", time.Minute, func() (bool, string) {
+		st := status(m2)
+		return strings.Contains(st, "does not exist") || strings.Contains(st, "not found"), st
+	})
+	_, err = s.cp.Client.CoreV1().Nodes().Get(s.ctx, pool+"-m02", metav1.GetOptions{})
+	if !apierrors.IsNotFound(err) {
+		s.t.Fatalf("node m02 after the delete: %v", err)
+	}
+	ops, err = s.api.ListOperations(s.ctx, api.ListRequest{Org: org, Kind: api.KindDeletion})
+	must(s.t, err)
+	if len(ops.Items) != 1 || ops.Items[0].Status != "succeeded" || ops.Items[0].Machine != m2 {
+		s.t.Fatalf("deletion operations %+v", ops.Items)
+	}
+}

@@ -1,0 +1,198 @@
+package sim
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+)
+
+// kubeAttempts bounds the retries of one Kubernetes operation; a failure is
+// reported as an EventError and the machine carries on.
+const kubeAttempts = 8
+
+// reconcileNode makes the Node of this boot what it should be: created if
+// missing, with the kubelet's standard labels, the labels and taints from
+// Ignition, and either handed to kwok (which keeps it Ready) or, when the
+// machine never joins, NotReady.
+func (m *Machine) reconcileNode(ctx context.Context, bc *BootConfig) {
+	kube := m.fleet.cfg.Kube
+	if kube == nil {
+		return
+	}
+	m.mu.Lock()
+	join := !m.neverJoin
+	prevName, prevApplied := m.nodeName, m.applied
+	m.mu.Unlock()
+
+	labels := map[string]string{
+		"kubernetes.io/hostname": bc.NodeName,
+		"kubernetes.io/os":       "linux",
+		"kubernetes.io/arch":     "amd64",
+	}
+	maps.Copy(labels, bc.NodeLabels)
+	err := m.kubeRetry(ctx, func() error {
+		nodes := kube.CoreV1().Nodes()
+		_, err := nodes.Get(ctx, bc.NodeName, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			create := maps.Clone(labels)
+			if join {
+				create[m.fleet.cfg.KwokLabel] = "true"
+			}
+			n := &corev1.Node{
+				ObjectMeta: metav1.ObjectMeta{Name: bc.NodeName, Labels: create},
+				Spec:       corev1.NodeSpec{Taints: bc.Taints},
+			}
+			if _, err = nodes.Create(ctx, n, metav1.CreateOptions{}); apierrors.IsAlreadyExists(err) {
+				return err // raced with another writer: go round again
+			}
+			return err
+		}
+		if err != nil {
+			return err
+		}
+		// Labels the simulator set on this node before and that Ignition no
+		// longer gives are removed; everything else on the node is kept.
+		patch := map[string]*string{}
+		if prevName == bc.NodeName {
+			for k := range prevApplied {
+				if _, ok := labels[k]; !ok {
+					patch[k] = nil
+				}
+			}
+		}
+		for k, v := range labels {
+			patch[k] = &v
+		}
+		if join {
+			patch[m.fleet.cfg.KwokLabel] = new("true")
+		} else {
+			patch[m.fleet.cfg.KwokLabel] = nil
+		}
+		return m.patchLabels(ctx, bc.NodeName, patch)
+	})
+	if err != nil {
+		m.emit(EventError, fmt.Sprintf("node %s: %v", bc.NodeName, err))
+		return
+	}
+	m.mu.Lock()
+	m.nodeName, m.applied = bc.NodeName, labels
+	m.mu.Unlock()
+	if !join {
+		m.setNotReady(ctx, bc.NodeName, "simulated: the node never joins")
+		return
+	}
+	m.mu.Lock()
+	m.nodeReady = true
+	m.mu.Unlock()
+	m.emit(EventNodeReady, "node "+bc.NodeName+" handed to kwok")
+}
+
+// nodeDown makes the Node look like one whose kubelet went away, as
+// kubeharness.SetNodeNotReady does: kwok stops managing it (its label goes)
+// and its Ready condition turns False.
+func (m *Machine) nodeDown(ctx context.Context, why string) {
+	if m.fleet.cfg.Kube == nil {
+		return
+	}
+	m.mu.Lock()
+	name := m.nodeName
+	m.mu.Unlock()
+	if name == "" {
+		return
+	}
+	err := m.kubeRetry(ctx, func() error {
+		err := m.patchLabels(ctx, name, map[string]*string{m.fleet.cfg.KwokLabel: nil})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		m.emit(EventError, fmt.Sprintf("node %s: %v", name, err))
+		return
+	}
+	m.setNotReady(ctx, name, "simulated: "+why)
+}
+
+// setNotReady sets the node's Ready condition to False.
+func (m *Machine) setNotReady(ctx context.Context, name, message string) {
+	nodes := m.fleet.cfg.Kube.CoreV1().Nodes()
+	err := m.kubeRetry(ctx, func() error {
+		return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			node, err := nodes.Get(ctx, name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			now := metav1.Now()
+			cond := corev1.NodeCondition{
+				Type: corev1.NodeReady, Status: corev1.ConditionFalse, Reason: "KubeletNotReady", Message: message,
+				LastHeartbeatTime: now, LastTransitionTime: now,
+			}
+			found := false
+			for i, c := range node.Status.Conditions {
+				if c.Type == corev1.NodeReady {
+					if c.Status == corev1.ConditionFalse {
+						cond.LastTransitionTime = c.LastTransitionTime
+					}
+					node.Status.Conditions[i], found = cond, true
+				}
+			}
+			if !found {
+				node.Status.Conditions = append(node.Status.Conditions, cond)
+			}
+			_, err = nodes.UpdateStatus(ctx, node, metav1.UpdateOptions{})
+			return err
+		})
+	})
+	m.mu.Lock()
+	m.nodeReady = false
+	m.mu.Unlock()
+	if err != nil {
+		m.emit(EventError, fmt.Sprintf("node %s NotReady: %v", name, err))
+		return
+	}
+	m.emit(EventNodeNotReady, "node "+name+": "+message)
+}
+
+func (m *Machine) patchLabels(ctx context.Context, name string, labels map[string]*string) error {
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": labels}})
+	if err != nil {
+		return err
+	}
+	_, err = m.fleet.cfg.Kube.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
+	return err
+}
+
+// kubeRetry runs op until it succeeds, ctx ends, or kubeAttempts failed.
+func (m *Machine) kubeRetry(ctx context.Context, op func() error) error {
+	delay := 100 * time.Millisecond
+	var err error
+	for attempt := 1; attempt <= kubeAttempts; attempt++ {
+		if err = op(); err == nil || ctx.Err() != nil {
+			return err
+		}
+		if apierrors.IsInvalid(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err) {
+			return err
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		delay = min(2*delay, 5*time.Second)
+	}
+	return err
+}
