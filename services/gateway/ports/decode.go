@@ -11,6 +11,9 @@ import (
 	"github.com/anvil-fleet/anvil/libs/events/errs"
 )
 
+// errEmptyBody is the validation error of a missing body.
+var errEmptyBody = errs.Invalid("body", "a JSON object is required")
+
 // readJSON decodes a request body strictly into v: unknown fields and wrong
 // types are validation errors naming the field; an oversized body is 413.
 func readJSON(r *http.Request, limit int64, v any) error {
@@ -23,7 +26,7 @@ func readJSON(r *http.Request, limit int64, v any) error {
 		return errs.Invalid("body", "could not be read: %v", err)
 	}
 	if len(strings.TrimSpace(string(body))) == 0 {
-		return errs.Invalid("body", "a JSON object is required")
+		return errEmptyBody
 	}
 	return command.Decode(body, v)
 }

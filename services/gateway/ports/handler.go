@@ -14,6 +14,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/go-kit/kit/endpoint"
 	httptransport "github.com/go-kit/kit/transport/http"
@@ -27,6 +28,7 @@ import (
 	"github.com/anvil-fleet/anvil/services/gateway/domain"
 	regapi "github.com/anvil-fleet/anvil/services/registry/api"
 	"github.com/anvil-fleet/anvil/services/registry/domain/token"
+	rolloutapi "github.com/anvil-fleet/anvil/services/rollout/api"
 )
 
 // Deps is what the HTTP API talks to.
@@ -39,12 +41,21 @@ type Deps struct {
 	BodyLimit      int64
 	Health         *svc.Health
 	Log            *slog.Logger
+	// TokenCacheTTL is how long a verified API token is trusted without
+	// asking the registry again (0: no cache); any event of an
+	// organization aggregate (a revocation) empties the cache at once.
+	TokenCacheTTL time.Duration
+	// LogWait is how long one long poll of an operation's log waits for a
+	// new entry while a Server-Sent Events stream is open (default 15s,
+	// at most rolloutapi.MaxLogWait).
+	LogWait time.Duration
 }
 
 type handler struct {
 	Deps
 	log    *slog.Logger
 	routes []route
+	tokens *tokenCache
 }
 
 // route is one operation of the API.
@@ -59,6 +70,15 @@ type route struct {
 	NotInBody    []string // request fields filled from the path, headers or query
 	Endpoint     endpoint.Endpoint
 	Decode       httptransport.DecodeRequestFunc
+	// Encode, if set, replaces the JSON encoder (the log's event stream).
+	Encode httptransport.EncodeResponseFunc
+	// BodyOptional: the request body may be absent.
+	BodyOptional bool
+	// Conditional: the route honours If-Match (documented for PATCH, DELETE
+	// and machine actions without it).
+	Conditional bool
+	// Stream documents an alternative text/event-stream answer.
+	Stream bool
 }
 
 // versioned answers carry an ETag.
@@ -104,14 +124,23 @@ func NewHandler(d Deps) http.Handler {
 	if d.Log == nil {
 		d.Log = slog.Default()
 	}
-	h := &handler{Deps: d, log: d.Log}
+	if d.LogWait <= 0 || d.LogWait > rolloutapi.MaxLogWait {
+		d.LogWait = 15 * time.Second
+	}
+	h := &handler{Deps: d, log: d.Log, tokens: newTokenCache(d.NC, d.TokenCacheTTL)}
 	h.routes = append(h.routes, h.registryRoutes()...)
 	h.routes = append(h.routes, h.eventRoutes()...)
 	h.routes = append(h.routes, h.revisionRoutes()...)
+	h.routes = append(h.routes, h.rolloutRoutes()...)
+	h.routes = append(h.routes, h.bootRoutes()...)
 
 	mux := http.NewServeMux()
 	for _, rt := range h.routes {
-		srv := httptransport.NewServer(rt.Endpoint, rt.Decode, h.encoder(rt),
+		enc := h.encoder(rt)
+		if rt.Encode != nil {
+			enc = rt.Encode
+		}
+		srv := httptransport.NewServer(rt.Endpoint, rt.Decode, enc,
 			httptransport.ServerErrorEncoder(h.encodeError),
 			httptransport.ServerBefore(func(ctx context.Context, r *http.Request) context.Context {
 				return context.WithValue(ctx, pathKey, r.URL.Path)
@@ -176,6 +205,9 @@ func (h *handler) principal(r *http.Request) (domain.Principal, error) {
 			return domain.Principal{TokenID: "bootstrap-admin", Role: domain.RolePlatform}, nil
 		}
 	}
+	if p, ok := h.tokens.get(presented); ok {
+		return p, nil
+	}
 	p, err := h.Registry.VerifyToken(r.Context(), regapi.TokenVerify{Token: presented, Kind: token.KindAPI})
 	if err != nil {
 		if errs.Is(err, errs.KindUnavailable) {
@@ -183,7 +215,9 @@ func (h *handler) principal(r *http.Request) (domain.Principal, error) {
 		}
 		return domain.Principal{}, errs.Unauthorized("the token is not valid")
 	}
-	return domain.Principal{Org: p.Org, TokenID: p.TokenID, Name: p.Name, Role: domain.Role(p.Role)}, nil
+	pr := domain.Principal{Org: p.Org, TokenID: p.TokenID, Name: p.Name, Role: domain.Role(p.Role)}
+	h.tokens.put(presented, pr)
+	return pr, nil
 }
 
 func (h *handler) encoder(rt route) httptransport.EncodeResponseFunc {
@@ -196,6 +230,12 @@ func (h *handler) encoder(rt route) httptransport.EncodeResponseFunc {
 			return nil
 		}
 		w.Header().Set("Content-Type", "application/json")
+		if raw, ok := resp.(rawJSON); ok {
+			w.Header().Set("Content-Length", strconv.Itoa(len(raw.body)+1))
+			w.WriteHeader(rt.Status)
+			_, err := w.Write(append(raw.body, '\n'))
+			return err
+		}
 		w.WriteHeader(rt.Status)
 		return json.NewEncoder(w).Encode(resp)
 	}

@@ -1,6 +1,7 @@
 package ports
 
 import (
+	"encoding"
 	"encoding/json"
 	"net/http"
 	"reflect"
@@ -35,7 +36,7 @@ func openAPI(routes []route) []byte {
 		for _, q := range rt.Query {
 			params = append(params, map[string]any{"name": q, "in": "query", "schema": map[string]any{"type": "string"}})
 		}
-		if rt.Method == http.MethodPatch || rt.Method == http.MethodDelete || rt.Method == http.MethodPost && strings.Contains(rt.Path, "{uuid}") {
+		if rt.Conditional || rt.Method == http.MethodPatch || rt.Method == http.MethodDelete || rt.Method == http.MethodPost && strings.Contains(rt.Path, "{uuid}") {
 			params = append(params, map[string]any{"name": "If-Match", "in": "header", "schema": map[string]any{"type": "string"},
 				"description": "Make the write conditional on the ETag of a previous answer; a stale one gets 412."})
 		}
@@ -47,7 +48,7 @@ func openAPI(routes []route) []byte {
 			op["parameters"] = params
 		}
 		if rt.Request != nil {
-			op["requestBody"] = map[string]any{"required": true, "content": map[string]any{
+			op["requestBody"] = map[string]any{"required": !rt.BodyOptional, "content": map[string]any{
 				"application/json": map[string]any{"schema": bodySchema(reflect.TypeOf(rt.Request), rt.NotInBody, defs)}}}
 		}
 		if rt.Min != domain.RoleNone {
@@ -115,7 +116,12 @@ func bodySchema(t reflect.Type, notInBody []string, defs map[string]any) map[str
 func response(rt route, defs map[string]any) map[string]any {
 	r := map[string]any{"description": http.StatusText(rt.Status)}
 	if rt.Status != http.StatusNoContent && rt.Response != nil {
-		r["content"] = map[string]any{"application/json": map[string]any{"schema": schemaOf(reflect.TypeOf(rt.Response), defs)}}
+		content := map[string]any{"application/json": map[string]any{"schema": schemaOf(reflect.TypeOf(rt.Response), defs)}}
+		if rt.Stream {
+			content["text/event-stream"] = map[string]any{"schema": map[string]any{"type": "string",
+				"description": "With Accept: text/event-stream: one event per log entry (id: the entry's index, data: the entry as JSON), then an `end` event."}}
+		}
+		r["content"] = content
 	}
 	return r
 }
@@ -128,6 +134,15 @@ func operationID(rt route) string {
 func itoa(n int) string {
 	b, _ := json.Marshal(n)
 	return string(b)
+}
+
+var (
+	jsonMarshaler = reflect.TypeOf((*json.Marshaler)(nil)).Elem()
+	textMarshaler = reflect.TypeOf((*encoding.TextMarshaler)(nil)).Elem()
+)
+
+func implements(t, iface reflect.Type) bool {
+	return t.Implements(iface) || reflect.PointerTo(t).Implements(iface)
 }
 
 var (
@@ -147,7 +162,13 @@ func schemaOf(t reflect.Type, defs map[string]any) map[string]any {
 	case t == rawType:
 		return map[string]any{}
 	}
-	if t.Implements(reflect.TypeOf((*json.Marshaler)(nil)).Elem()) || reflect.PointerTo(t).Implements(reflect.TypeOf((*json.Marshaler)(nil)).Elem()) {
+	if !implements(t, jsonMarshaler) && implements(t, textMarshaler) {
+		return map[string]any{"type": "string"} // encoding/json writes a TextMarshaler as a string (a Duration's "15m0s")
+	}
+	if implements(t, jsonMarshaler) {
+		if t.Name() == "IntOrPercent" { // 3 or "25%", as Kubernetes writes it
+			return map[string]any{"type": []any{"integer", "string"}}
+		}
 		if t.Kind() == reflect.Array || t.Kind() == reflect.String {
 			return map[string]any{"type": "string"} // e.g. a hash that encodes as hex
 		}
@@ -198,6 +219,11 @@ func defName(t reflect.Type) string {
 	}
 	if pkg == "ports" {
 		return t.Name()
+	}
+	if pkg == "api" { // several services have an api package: name it after the service
+		svc := strings.TrimSuffix(t.PkgPath(), "/api")
+		svc = svc[strings.LastIndex(svc, "/")+1:]
+		return strings.ToUpper(svc[:1]) + svc[1:] + "Api" + t.Name()
 	}
 	return strings.ToUpper(pkg[:1]) + pkg[1:] + t.Name()
 }

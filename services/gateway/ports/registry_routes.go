@@ -217,8 +217,7 @@ func (h *handler) registryRoutes() []route {
 					Selector: q.Get("selector"), Cursor: q.Get("cursor"), Limit: limit}, err
 			},
 			Endpoint: func(ctx context.Context, req any) (any, error) {
-				p, err := reg.ListMachines(ctx, req.(regapi.MachineList))
-				return MachinePage(p), err
+				return h.listMachinesRaw(ctx, req.(regapi.MachineList))
 			}},
 		machineRoute("POST", machines, "Pre-register a machine before its first boot", domain.RoleOperator, 201, machine.PreRegister{},
 			func(r *http.Request) ([]machine.Command, error) {
@@ -234,8 +233,7 @@ func (h *handler) registryRoutes() []route {
 				return regapi.MachineGet{Org: r.PathValue("org"), UUID: r.PathValue("uuid"), At: r.URL.Query().Get("at")}, nil
 			},
 			Endpoint: func(ctx context.Context, req any) (any, error) {
-				m, err := reg.GetMachine(ctx, req.(regapi.MachineGet))
-				return Machine{Machine: m.Machine, Version: m.Version}, err
+				return h.getMachineRaw(ctx, req.(regapi.MachineGet))
 			}},
 		machineRoute("PATCH", one, "Change a machine's hostname, labels, upgrade index or control-plane flag", domain.RoleOperator, 200, MachinePatch{},
 			func(r *http.Request) ([]machine.Command, error) {

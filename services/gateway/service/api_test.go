@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -19,13 +20,17 @@ import (
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/gorillamux"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/anvil-fleet/anvil/libs/events/eventstest"
 	"github.com/anvil-fleet/anvil/libs/events/svc"
+	boot "github.com/anvil-fleet/anvil/services/boot/service"
 	gateway "github.com/anvil-fleet/anvil/services/gateway/service"
 	regapi "github.com/anvil-fleet/anvil/services/registry/api"
 	"github.com/anvil-fleet/anvil/services/registry/app"
 	registry "github.com/anvil-fleet/anvil/services/registry/service"
 	revisions "github.com/anvil-fleet/anvil/services/revisions/service"
+	rollout "github.com/anvil-fleet/anvil/services/rollout/service"
 )
 
 const adminToken = "anvil_admin_test_bootstrap_token_0123456789"
@@ -34,6 +39,8 @@ type stack struct {
 	t      testing.TB
 	base   string
 	reg    *registry.Service
+	nc     *nats.Conn // the test's connection to the embedded server
+	env    *eventstest.Env
 	router routers.Router
 	mu     sync.Mutex
 	seen   map[string]bool // routes whose responses were validated
@@ -48,7 +55,13 @@ func freeAddr(t testing.TB) string {
 	return ln.Addr().String()
 }
 
-func startStack(t testing.TB) *stack {
+// stackOption changes what startStack runs.
+type stackOption int
+
+// withRollout also runs the real rollout service.
+const withRollout stackOption = 1
+
+func startStack(t testing.TB, opts ...stackOption) *stack {
 	t.Helper()
 	env := eventstest.Start(t, app.Registry())
 	ctx, cancel := context.WithCancel(context.Background())
@@ -68,15 +81,34 @@ func startStack(t testing.TB) *stack {
 			t.Errorf("revisions: %v", err)
 		}
 	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		err := boot.Run(ctx, boot.Config{Config: svc.Config{Service: "boot"}, Listen: freeAddr(t)}, svc.Options{Conn: env.Conn})
+		if err != nil && ctx.Err() == nil {
+			t.Errorf("boot: %v", err)
+		}
+	}()
+	if slices.Contains(opts, withRollout) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := rollout.Run(ctx, rollout.Config{Config: svc.Config{Service: "rollout"}}, svc.Options{Conn: env.Conn})
+			if err != nil && ctx.Err() == nil {
+				t.Errorf("rollout: %v", err)
+			}
+		}()
+	}
 	addr := freeAddr(t)
 	go func() {
 		defer wg.Done()
-		err := gateway.Run(ctx, gateway.Config{Config: svc.Config{Service: "gateway"}, Listen: addr, AdminTokenHash: hash(adminToken), BodyLimit: 64 << 10}, svc.Options{Conn: env.Conn})
+		err := gateway.Run(ctx, gateway.Config{Config: svc.Config{Service: "gateway"}, Listen: addr, AdminTokenHash: hash(adminToken), BodyLimit: 64 << 10,
+			TokenCacheTTL: time.Hour /* so that only the invalidation can make a revocation take effect */}, svc.Options{Conn: env.Conn})
 		if err != nil && ctx.Err() == nil {
 			t.Errorf("gateway: %v", err)
 		}
 	}()
-	s := &stack{t: t, base: "http://" + addr, seen: map[string]bool{}}
+	s := &stack{t: t, base: "http://" + addr, nc: env.Conn, env: env, seen: map[string]bool{}}
 	select {
 	case s.reg = <-ready:
 	case <-time.After(30 * time.Second):

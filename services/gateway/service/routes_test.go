@@ -185,3 +185,40 @@ func TestEventsAudit(t *testing.T) {
 		t.Fatalf("cross-org audit: %d", r.status)
 	}
 }
+
+// A revoked token stops working at once, although the gateway caches
+// verified tokens (for an hour in these tests): the revocation's event
+// empties the cache.
+func TestRevokedTokenRefused(t *testing.T) {
+	s := startStack(t)
+	tn := s.tenants()
+	var issued regapi.TokenIssued
+	if r := s.do("POST", "/api/v1/orgs/acme/tokens", tn.admin, map[string]any{"name": "short-lived", "role": "viewer"}, nil, &issued); r.status != 201 {
+		t.Fatalf("issue: %d %s", r.status, r.body)
+	}
+	s.waitOrgs()
+	for range 3 { // verified once, then served from the cache
+		if r := s.do("GET", "/api/v1/orgs/acme/machines", issued.Token, nil, nil, nil); r.status != 200 {
+			t.Fatalf("new token: %d %s", r.status, r.body)
+		}
+	}
+	if r := s.do("DELETE", "/api/v1/orgs/acme/tokens/"+issued.Info.ID, tn.admin, nil, nil, nil); r.status != 200 {
+		t.Fatalf("revoke: %d %s", r.status, r.body)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r := s.do("GET", "/api/v1/orgs/acme/machines", issued.Token, nil, nil, nil)
+		if r.status == 401 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a revoked token still works: %d", r.status)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// and stays refused once the quiet period after the event is over
+	time.Sleep(2500 * time.Millisecond)
+	if r := s.do("GET", "/api/v1/orgs/acme/machines", issued.Token, nil, nil, nil); r.status != 401 {
+		t.Fatalf("the revoked token came back: %d", r.status)
+	}
+}

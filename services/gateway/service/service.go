@@ -19,6 +19,9 @@ import (
 // Name is the service's name in logs, metrics and NATS queue groups.
 const Name = "gateway"
 
+// DefaultTokenCacheTTL is --token-cache-ttl's default.
+const DefaultTokenCacheTTL = 5 * time.Second
+
 // Config is the gateway's configuration.
 type Config struct {
 	svc.Config
@@ -29,6 +32,11 @@ type Config struct {
 	AdminTokenHash string
 	BodyLimit      int64         // --body-limit / ANVIL_GATEWAY_BODY_LIMIT
 	IdempotencyTTL time.Duration // --idempotency-ttl / ANVIL_GATEWAY_IDEMPOTENCY_TTL
+	// TokenCacheTTL is how long a verified API token is trusted without
+	// asking the registry again; 0 takes the default (5s), a negative
+	// value disables the cache (--token-cache-ttl /
+	// ANVIL_GATEWAY_TOKEN_CACHE_TTL).
+	TokenCacheTTL time.Duration
 }
 
 // RegisterFlags binds the service's flags, each with an environment default.
@@ -41,6 +49,11 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.IdempotencyTTL, "idempotency-ttl", 24*time.Hour, "how long an Idempotency-Key's answer is kept (env ANVIL_GATEWAY_IDEMPOTENCY_TTL)")
 	if d, err := time.ParseDuration(os.Getenv("ANVIL_GATEWAY_IDEMPOTENCY_TTL")); err == nil {
 		c.IdempotencyTTL = d
+	}
+	fs.DurationVar(&c.TokenCacheTTL, "token-cache-ttl", DefaultTokenCacheTTL,
+		"how long a verified API token is trusted without asking the registry again; a revocation empties the cache at once; negative disables (env ANVIL_GATEWAY_TOKEN_CACHE_TTL)")
+	if d, err := time.ParseDuration(os.Getenv("ANVIL_GATEWAY_TOKEN_CACHE_TTL")); err == nil {
+		c.TokenCacheTTL = d
 	}
 }
 
@@ -57,6 +70,9 @@ func Run(ctx context.Context, cfg Config, o svc.Options) error {
 	if cfg.IdempotencyTTL <= 0 {
 		cfg.IdempotencyTTL = 24 * time.Hour
 	}
+	if cfg.TokenCacheTTL == 0 {
+		cfg.TokenCacheTTL = DefaultTokenCacheTTL
+	}
 	rt, err := svc.Start(ctx, cfg.Config, events.NewRegistry(), o)
 	if err != nil {
 		return err
@@ -69,6 +85,7 @@ func Run(ctx context.Context, cfg Config, o svc.Options) error {
 	h := ports.NewHandler(ports.Deps{
 		NC: rt.Conn, Registry: regapi.Client{NC: rt.Conn}, Store: rt.Store, Idempotency: idem,
 		AdminTokenHash: cfg.AdminTokenHash, BodyLimit: cfg.BodyLimit, Health: rt.Health, Log: rt.Log,
+		TokenCacheTTL: max(cfg.TokenCacheTTL, 0),
 	})
 	srv, err := svc.Serve(cfg.Listen, h, rt.Log)
 	if err != nil {

@@ -1,0 +1,261 @@
+package service_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/anvil-fleet/anvil/libs/events"
+	regapi "github.com/anvil-fleet/anvil/services/registry/api"
+	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
+)
+
+// loadMachines puts n pre-registered machines of org into the log the way
+// the registry would have written them (one machine.preregistered event
+// per machine aggregate), with asynchronous batched publishes instead of
+// one optimistic append per machine, then waits until the registry's read
+// model has applied them all. Machine i is in pool-(i%10) with label
+// rack=r(i%7).
+func loadMachines(b *testing.B, s *stack, org string, n int) {
+	b.Helper()
+	ctx := context.Background()
+	// The first one through the store, to learn the envelope the registry
+	// expects (type, schema version).
+	first := machine.Preregistered{UUID: uuidN(0), Hostname: "w000000", Labels: map[string]string{"rack": "r0"}, Pool: "pool-0"}
+	envs, err := s.env.Store.Append(ctx, events.AggregateRef{Org: org, Type: "machine", ID: first.UUID}, 0, events.Draft{Payload: first})
+	if err != nil {
+		b.Fatal(err)
+	}
+	tmpl := envs[0]
+	js, err := jetstream.New(s.nc, jetstream.WithPublishAsyncMaxPending(4096))
+	if err != nil {
+		b.Fatal(err)
+	}
+	t0 := time.Now()
+	for i := 1; i < n; i++ {
+		p := machine.Preregistered{UUID: uuidN(i), Hostname: fmt.Sprintf("w%06d", i),
+			Labels: map[string]string{"rack": "r" + strconv.Itoa(i%7)}, Pool: "pool-" + strconv.Itoa(i%10)}
+		env := tmpl
+		env.ID, env.AggregateID, env.Time = fmt.Sprintf("bench-%d", i), p.UUID, time.Now().UTC()
+		if env.Payload, err = json.Marshal(p); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := js.PublishMsgAsync(events.EncodeMsg(&env), jetstream.WithMsgID(env.ID)); err != nil {
+			b.Fatal(err)
+		}
+		if i%4096 == 0 {
+			<-js.PublishAsyncComplete()
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-time.After(2 * time.Minute):
+		b.Fatal("publishes not acknowledged")
+	}
+	published := time.Since(t0)
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		if s.reg.Machines.Lag() == 0 {
+			req, _ := http.NewRequest("GET", s.base+"/api/v1/orgs/"+org+"/machines/"+uuidN(n-1), nil)
+			req.Header.Set("Authorization", "Bearer "+adminToken)
+			if res, err := http.DefaultClient.Do(req); err == nil {
+				res.Body.Close()
+				if res.StatusCode == 200 {
+					break
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			b.Fatal("the registry's read model did not catch up")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	b.Logf("loaded %d machines: published in %s, projected after %s", n, published.Round(time.Millisecond), time.Since(t0).Round(time.Millisecond))
+}
+
+type answer struct {
+	body        []byte
+	contentType string
+	etag        string
+}
+
+// drive sends total GETs of urls (cycled) over workers keep-alive
+// connections and returns each request's latency and the wall time.
+func drive(b *testing.B, base, tok string, urls []string, workers, total int) ([]time.Duration, time.Duration) {
+	b.Helper()
+	client := &http.Client{Transport: &http.Transport{MaxIdleConns: workers, MaxIdleConnsPerHost: workers}}
+	defer client.CloseIdleConnections()
+	lat := make([]time.Duration, total)
+	var next atomic.Int64
+	var failed atomic.Value
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= total {
+					return
+				}
+				req, _ := http.NewRequest("GET", base+urls[i%len(urls)], nil)
+				req.Header.Set("Authorization", "Bearer "+tok)
+				t0 := time.Now()
+				res, err := client.Do(req)
+				if err == nil {
+					_, err = io.Copy(io.Discard, res.Body)
+					res.Body.Close()
+					if err == nil && res.StatusCode != 200 {
+						err = fmt.Errorf("%s: %d", urls[i%len(urls)], res.StatusCode)
+					}
+				}
+				lat[i] = time.Since(t0)
+				if err != nil {
+					failed.CompareAndSwap(nil, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err, _ := failed.Load().(error); err != nil {
+		b.Fatal(err)
+	}
+	return lat, time.Since(start)
+}
+
+func pct(lat []time.Duration, p int) float64 {
+	s := slices.Clone(lat)
+	slices.Sort(s)
+	return float64(s[(len(s)-1)*p/100].Microseconds()) / 1000
+}
+
+// compare runs the same requests against the gateway and against a bare
+// net/http handler that answers each with the gateway's very bytes,
+// alternating rounds so that both see the same machine load, and reports
+// p50/p99 (ms), requests per second and the throughput ratio.
+func compare(b *testing.B, name string, s *stack, tok string, urls []string, perRound int) {
+	b.Helper()
+	answers := map[string]answer{}
+	for _, u := range urls {
+		var raw []byte
+		r := s.do("GET", u, tok, nil, nil, &raw)
+		if r.status != 200 {
+			b.Fatalf("%s: %d %s", u, r.status, raw)
+		}
+		answers[u] = answer{body: raw, contentType: r.header.Get("Content-Type"), etag: r.header.Get("ETag")}
+	}
+	bare := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a := answers[r.URL.RequestURI()]
+		w.Header().Set("Content-Type", a.contentType)
+		if a.etag != "" {
+			w.Header().Set("ETag", a.etag)
+		}
+		_, _ = w.Write(a.body)
+	}))
+	defer bare.Close()
+	const workers = 16
+	drive(b, s.base, tok, urls, workers, perRound/4) // warm up both
+	drive(b, bare.URL, tok, urls, workers, perRound/4)
+	var ours, base []time.Duration
+	var oursWall, baseWall time.Duration
+	for range 3 {
+		l, w := drive(b, bare.URL, tok, urls, workers, perRound)
+		base, baseWall = append(base, l...), baseWall+w
+		l, w = drive(b, s.base, tok, urls, workers, perRound)
+		ours, oursWall = append(ours, l...), oursWall+w
+	}
+	oursRPS, baseRPS := float64(len(ours))/oursWall.Seconds(), float64(len(base))/baseWall.Seconds()
+	b.ReportMetric(pct(ours, 50), name+"_p50_ms")
+	b.ReportMetric(pct(ours, 99), name+"_p99_ms")
+	b.ReportMetric(oursRPS, name+"_req/s")
+	b.ReportMetric(pct(base, 50), name+"_base_p50_ms")
+	b.ReportMetric(pct(base, 99), name+"_base_p99_ms")
+	b.ReportMetric(baseRPS, name+"_base_req/s")
+	b.ReportMetric(oursRPS/baseRPS, name+"_ratio")
+	b.Logf("%s: ours p50 %.2fms p99 %.2fms %.0f req/s; bare net/http p50 %.2fms p99 %.2fms %.0f req/s; ratio %.2f (%d bytes per answer)",
+		name, pct(ours, 50), pct(ours, 99), oursRPS, pct(base, 50), pct(base, 99), baseRPS, oursRPS/baseRPS, len(answers[urls[0]].body))
+}
+
+// BenchmarkMachineReads reads one machine and a filtered page of 100 with
+// 100,000 machines in the inventory, over loopback HTTP with a viewer
+// token, against a bare net/http handler returning the same bytes in the
+// same run (target: ratio of throughputs >= 0.3).
+//
+//	go test -run '^$' -bench BenchmarkMachineReads -benchtime 1x ./services/gateway/service/
+func BenchmarkMachineReads(b *testing.B) {
+	n := 100_000
+	if testing.Short() {
+		n = 5_000
+	}
+	s := startStack(b)
+	tn := s.tenants()
+	loadMachines(b, s, "acme", n)
+	var gets []string
+	for i := range 1000 {
+		gets = append(gets, "/api/v1/orgs/acme/machines/"+uuidN(i*(n/1000)))
+	}
+	q := url.Values{"pool": {"pool-3"}, "selector": {"rack=r3"}, "limit": {"100"}}
+	lists := []string{"/api/v1/orgs/acme/machines?" + q.Encode()}
+	b.ResetTimer()
+	for range b.N {
+		compare(b, "get", s, tn.viewer, gets, 6000)
+		compare(b, "list", s, tn.viewer, lists, 600)
+		// what the registry alone serves over NATS (no HTTP, no gateway):
+		// the ceiling the gateway's list cannot pass
+		reg := regapi.Client{NC: s.nc}
+		ctx := context.Background()
+		lat, wall := parallelCalls(b, 16, 1800, func() error {
+			_, err := reg.ListMachines(ctx, regapi.MachineList{Org: "acme", Pool: "pool-3", Selector: "rack=r3", Limit: 100})
+			return err
+		})
+		b.ReportMetric(float64(len(lat))/wall.Seconds(), "list_registry_nats_req/s")
+		b.Logf("list straight from the registry over NATS: p50 %.2fms p99 %.2fms %.0f req/s", pct(lat, 50), pct(lat, 99), float64(len(lat))/wall.Seconds())
+	}
+}
+
+// parallelCalls runs fn total times on workers goroutines.
+func parallelCalls(b *testing.B, workers, total int, fn func() error) ([]time.Duration, time.Duration) {
+	lat := make([]time.Duration, total)
+	var next atomic.Int64
+	var failed atomic.Value
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= total {
+					return
+				}
+				t0 := time.Now()
+				err := fn()
+				lat[i] = time.Since(t0)
+				if err != nil {
+					failed.CompareAndSwap(nil, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err, _ := failed.Load().(error); err != nil {
+		b.Fatal(err)
+	}
+	return lat, time.Since(start)
+}

@@ -1,0 +1,208 @@
+package service_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/anvil-fleet/anvil/libs/events/command"
+	"github.com/anvil-fleet/anvil/libs/events/errs"
+	rolloutapi "github.com/anvil-fleet/anvil/services/rollout/api"
+	"github.com/anvil-fleet/anvil/services/rollout/domain/operation"
+	"github.com/anvil-fleet/anvil/services/rollout/domain/rollout"
+)
+
+// fakeRollout answers the rollout service's NATS subjects
+// (services/rollout/api) with canned data, so that the gateway's success
+// paths can be tested over real HTTP and real NATS before the rollout
+// service serves them.
+//
+// TODO: replace with the real rollout service once it lands.
+type fakeRollout struct {
+	mu       sync.Mutex
+	rollouts map[string]*rolloutapi.Rollout
+	logs     map[string][]operation.Entry
+	final    map[string]bool
+	changed  chan struct{} // closed and replaced whenever a log grows
+	seen     map[string][]any
+	maxWait  time.Duration
+	logCalls int
+}
+
+func newFakeRollout(t testing.TB, nc *nats.Conn) *fakeRollout {
+	t.Helper()
+	f := &fakeRollout{rollouts: map[string]*rolloutapi.Rollout{}, logs: map[string][]operation.Entry{}, final: map[string]bool{},
+		changed: make(chan struct{}), seen: map[string][]any{}, maxWait: 300 * time.Millisecond}
+	start := time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC)
+	f.rollouts["ro-1"] = &rolloutapi.Rollout{Org: "acme", View: operation.View{ID: "ro-1", Kind: operation.Kind, Pool: "workers", Revision: 2,
+		Status: rollout.StatusRunning, Progress: operation.Progress{Done: 1, Total: 3, InProgress: 1, NotStarted: 1},
+		Machines: []operation.Machine{}, StartedAt: start, Log: []operation.Entry{}}, Cluster: "prod", UpdatedAt: start, Version: 40}
+	f.logs["ro-1"] = []operation.Entry{
+		{At: start, Outcome: operation.LogStarted, Message: "3 machines"},
+		{At: start.Add(time.Second), Machine: uuidN(1), Node: "w1", Step: rollout.StepCordon, Outcome: operation.LogBegun},
+	}
+	srv := command.NewServer(nc, "fake-rollout", 64, nil)
+	t.Cleanup(srv.Close)
+	must := func(err error) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	record := func(subject string, req any) {
+		f.mu.Lock()
+		f.seen[subject] = append(f.seen[subject], req)
+		f.mu.Unlock()
+	}
+	must(command.Handle(srv, rolloutapi.SubjectStart, func(_ context.Context, r rolloutapi.StartRequest) (rolloutapi.Rollout, error) {
+		record(rolloutapi.SubjectStart, r)
+		if r.Pool == "missing" {
+			return rolloutapi.Rollout{}, errs.NotFound("pool %q does not exist", r.Pool)
+		}
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		ro := &rolloutapi.Rollout{Org: r.Org, View: operation.View{ID: "ro-2", Kind: operation.Kind, Pool: r.Pool, Revision: uint64(r.Revision),
+			After: r.After, Status: rollout.StatusPending, Machines: []operation.Machine{}, Log: []operation.Entry{}, StartedAt: start},
+			RequestedBy: r.RequestedBy, UpdatedAt: start, Version: 41}
+		f.rollouts[ro.ID] = ro
+		return *ro, nil
+	}))
+	must(command.Handle(srv, rolloutapi.SubjectGet, func(_ context.Context, r rolloutapi.GetRequest) (rolloutapi.Rollout, error) {
+		record(rolloutapi.SubjectGet, r)
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		ro, ok := f.rollouts[r.ID]
+		if !ok || ro.Org != r.Org {
+			return rolloutapi.Rollout{}, errs.NotFound("rollout %s does not exist", r.ID)
+		}
+		out := *ro
+		if r.At != "" { // as it was: still pending
+			out.Status, out.Version = rollout.StatusPending, 1
+		}
+		return out, nil
+	}))
+	must(command.Handle(srv, rolloutapi.SubjectList, func(_ context.Context, r rolloutapi.ListRequest) (rolloutapi.RolloutList, error) {
+		record(rolloutapi.SubjectList, r)
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		out := rolloutapi.RolloutList{Items: []rolloutapi.Rollout{}}
+		for _, ro := range f.rollouts {
+			if ro.Org == r.Org && (r.Pool == "" || r.Pool == ro.Pool) {
+				out.Items = append(out.Items, *ro)
+			}
+		}
+		return out, nil
+	}))
+	control := func(subject string, from, to rollout.Status) {
+		must(command.Handle(srv, subject, func(_ context.Context, r rolloutapi.ControlRequest) (rolloutapi.Rollout, error) {
+			record(subject, r)
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			ro, ok := f.rollouts[r.ID]
+			switch {
+			case !ok || ro.Org != r.Org:
+				return rolloutapi.Rollout{}, errs.NotFound("rollout %s does not exist", r.ID)
+			case r.ExpectedVersion != 0 && r.ExpectedVersion != ro.Version:
+				return rolloutapi.Rollout{}, errs.Precondition("rollout %s is at version %d, not %d", r.ID, ro.Version, r.ExpectedVersion)
+			case ro.Status != from:
+				return rolloutapi.Rollout{}, errs.Conflict("rollout %s is %s", r.ID, ro.Status)
+			}
+			ro.Status = to
+			ro.Version++
+			return *ro, nil
+		}))
+	}
+	control(rolloutapi.SubjectPause, rollout.StatusRunning, rollout.StatusPaused)
+	control(rolloutapi.SubjectResume, rollout.StatusPaused, rollout.StatusRunning)
+	control(rolloutapi.SubjectAbort, rollout.StatusRunning, rollout.StatusAborted)
+	control(rolloutapi.SubjectRetry, rollout.StatusFailed, rollout.StatusRunning)
+	opOf := func(ro *rolloutapi.Rollout) rolloutapi.Operation {
+		return rolloutapi.Operation{Org: ro.Org, ID: ro.ID, Kind: operation.Kind, Pool: ro.Pool, Status: string(ro.Status), Progress: ro.Progress,
+			StartedAt: ro.StartedAt, UpdatedAt: ro.UpdatedAt, Version: ro.Version, LogLength: len(f.logs[ro.ID])}
+	}
+	must(command.Handle(srv, rolloutapi.SubjectOperationGet, func(_ context.Context, r rolloutapi.GetRequest) (rolloutapi.Operation, error) {
+		record(rolloutapi.SubjectOperationGet, r)
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		ro, ok := f.rollouts[r.ID]
+		if !ok || ro.Org != r.Org {
+			return rolloutapi.Operation{}, errs.NotFound("operation %s does not exist", r.ID)
+		}
+		op := opOf(ro)
+		op.Rollout = ro
+		return op, nil
+	}))
+	must(command.Handle(srv, rolloutapi.SubjectOperationList, func(_ context.Context, r rolloutapi.ListRequest) (rolloutapi.OperationList, error) {
+		record(rolloutapi.SubjectOperationList, r)
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		out := rolloutapi.OperationList{Items: []rolloutapi.Operation{}}
+		for _, ro := range f.rollouts {
+			if ro.Org == r.Org && (r.Kind == "" || r.Kind == operation.Kind) {
+				out.Items = append(out.Items, opOf(ro))
+			}
+		}
+		return out, nil
+	}))
+	must(command.Handle(srv, rolloutapi.SubjectOperationLog, func(ctx context.Context, r rolloutapi.LogRequest) (rolloutapi.LogPage, error) {
+		record(rolloutapi.SubjectOperationLog, r)
+		deadline := time.After(min(r.Wait, f.maxWait))
+		for {
+			f.mu.Lock()
+			f.logCalls++
+			ro, ok := f.rollouts[r.ID]
+			if !ok || ro.Org != r.Org {
+				f.mu.Unlock()
+				return rolloutapi.LogPage{}, errs.NotFound("operation %s does not exist", r.ID)
+			}
+			log, final, changed := f.logs[r.ID], f.final[r.ID], f.changed
+			f.mu.Unlock()
+			after := min(r.After, len(log))
+			entries := log[after:]
+			if r.Limit > 0 && len(entries) > r.Limit {
+				entries = entries[:r.Limit]
+			}
+			if len(entries) > 0 || final || r.Wait == 0 {
+				return rolloutapi.LogPage{Entries: append([]operation.Entry{}, entries...), Next: after + len(entries),
+					Status: string(ro.Status), Final: final && after+len(entries) == len(log)}, nil
+			}
+			select {
+			case <-changed:
+			case <-deadline:
+				return rolloutapi.LogPage{Entries: []operation.Entry{}, Next: after, Status: string(ro.Status)}, nil
+			}
+		}
+	}))
+	return f
+}
+
+// appendLog adds an entry to a rollout's log; final ends it.
+func (f *fakeRollout) appendLog(id string, e operation.Entry, final bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.logs[id] = append(f.logs[id], e)
+	if final {
+		f.final[id] = true
+		f.rollouts[id].Status = rollout.StatusSucceeded
+	}
+	close(f.changed)
+	f.changed = make(chan struct{})
+}
+
+func (f *fakeRollout) last(subject string) any {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s := f.seen[subject]
+	if len(s) == 0 {
+		return nil
+	}
+	return s[len(s)-1]
+}
+
+func (f *fakeRollout) logPolls() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.logCalls
+}
