@@ -15,7 +15,7 @@ BENCH ?= .
 BENCHTIME ?= 1x
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: run test bench lint fmt tidy deps kube-bins qemu ipxe-artifact
+.PHONY: run test bench lint fmt tidy deps kube-bins qemu ipxe-artifact images
 
 run: ## start the control plane on an embedded JetStream
 	$(GO) run ./devstack/cmd/anvil-dev
@@ -59,3 +59,6 @@ fmt: ## gofmt every module
 
 tidy: ## go mod tidy in every module
 	@for m in $(MODULES); do (cd $$m && GOWORK=off $(GO) mod tidy); done
+
+images: ## one FROM-scratch image per binary (anvil-sim once sim/cmd/anvil-sim has its main) and nats-server, tagged anvil/<name>:<VERSION file>
+	bash deploy/images/build.sh

@@ -1,0 +1,86 @@
+{{/* Each service's own environment (services/<name>/service); empty values keep the service's
+default. Every name here is read by the service's RegisterFlags. */}}
+
+{{- define "anvil.env.registry" -}}
+{{- $c := .Values.registry }}
+{{- include "anvil.optEnv" (dict "name" "ANVIL_REGISTRY_OFFLINE_AFTER" "value" $c.offlineAfter) }}
+{{- include "anvil.optEnv" (dict "name" "ANVIL_REGISTRY_OFFLINE_SWEEP_INTERVAL" "value" $c.offlineSweepInterval) }}
+{{- end -}}
+
+{{- define "anvil.env.revisions" -}}
+{{- $c := .Values.revisions }}
+- name: ANVIL_REVISIONS_ENCRYPTION_KEYS
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "anvil.encryptionKeysSecret" . }}
+      key: {{ ternary $c.encryptionKeys.existingSecretKey "keys" (ne $c.encryptionKeys.existingSecret "") }}
+{{- include "anvil.optEnv" (dict "name" "ANVIL_BOOT_PUBLIC_URL" "value" (include "anvil.bootURL" .)) }}
+{{- include "anvil.optEnv" (dict "name" "ANVIL_AGENT_URL" "value" $c.agentURL) }}
+{{- include "anvil.optEnv" (dict "name" "ANVIL_AGENT_HASH" "value" $c.agentHash) }}
+{{- include "anvil.optEnv" (dict "name" "ANVIL_SYSEXT_URL" "value" $c.sysextURL) }}
+{{- include "anvil.optEnv" (dict "name" "ANVIL_KUBERNETES_VERSIONS" "value" (join "," ($c.kubernetesVersions | default list))) }}
+{{- include "anvil.optEnv" (dict "name" "ANVIL_REVISIONS_RENDER_CACHE_BYTES" "value" (int64 $c.renderCacheBytes)) }}
+{{- end -}}
+
+{{- define "anvil.env.rollout" -}}
+{{- $c := .Values.rollout }}
+{{- include "anvil.optEnv" (dict "name" "ANVIL_ROLLOUT_LEASE_TTL" "value" $c.leaseTTL) }}
+{{- include "anvil.optEnv" (dict "name" "ANVIL_ROLLOUT_POLL" "value" $c.poll) }}
+{{- include "anvil.optEnv" (dict "name" "ANVIL_ROLLOUT_REPLAN" "value" $c.replan) }}
+{{- include "anvil.optEnv" (dict "name" "ANVIL_ROLLOUT_IPXE_ONLINE_WINDOW" "value" $c.ipxeOnlineWindow) }}
+{{- end -}}
+
+{{- define "anvil.env.boot" -}}
+{{- $c := .Values.boot }}
+- name: ANVIL_BOOT_ADDR
+  value: ":8081"
+{{- include "anvil.optEnv" (dict "name" "ANVIL_BOOT_PUBLIC_URL" "value" $c.publicURL) }}
+{{- include "anvil.optEnv" (dict "name" "ANVIL_BOOT_ASSET_BASE_URL" "value" $c.assetBaseURL) }}
+{{- include "anvil.optEnv" (dict "name" "ANVIL_BOOT_ASSETS_DIR" "value" $c.assetsDir) }}
+{{- include "anvil.optEnv" (dict "name" "ANVIL_BOOT_KERNEL_ARGS" "value" $c.kernelArgs) }}
+{{- if $c.signingKeys.existingSecret }}
+- name: ANVIL_BOOT_SIGNING_KEYS
+  valueFrom:
+    secretKeyRef:
+      name: {{ $c.signingKeys.existingSecret }}
+      key: {{ $c.signingKeys.existingSecretKey }}
+{{- end }}
+{{- include "anvil.optEnv" (dict "name" "ANVIL_BOOT_TOKEN_TTL" "value" $c.bootTokenTTL) }}
+{{- include "anvil.optEnv" (dict "name" "ANVIL_BOOT_IPXE_RETRY_INITIAL" "value" $c.ipxeRetryInitial) }}
+{{- include "anvil.optEnv" (dict "name" "ANVIL_BOOT_IPXE_RETRY_MAX" "value" $c.ipxeRetryMax) }}
+{{- include "anvil.optEnv" (dict "name" "ANVIL_BOOT_IGNITION_CACHE_BYTES" "value" (int64 $c.ignitionCacheBytes)) }}
+{{- include "anvil.optEnv" (dict "name" "ANVIL_BOOT_IGNITION_CACHE_TTL" "value" $c.ignitionCacheTTL) }}
+{{- include "anvil.optEnv" (dict "name" "ANVIL_BOOT_INSTRUCTION_TTL" "value" $c.instructionTTL) }}
+{{- include "anvil.optEnv" (dict "name" "ANVIL_BOOT_PREPARE_WORKERS" "value" (int $c.prepareWorkers)) }}
+{{- if $c.tls.enabled }}
+- name: ANVIL_BOOT_TLS_ADDR
+  value: ":8443"
+- name: ANVIL_BOOT_TLS_CERT
+  value: /etc/anvil/tls/tls.crt
+- name: ANVIL_BOOT_TLS_KEY
+  value: /etc/anvil/tls/tls.key
+{{- include "anvil.optEnv" (dict "name" "ANVIL_BOOT_TLS_PUBLIC_URL" "value" $c.tls.publicURL) }}
+{{- if $c.tls.allowPlainSecrets }}
+- name: ANVIL_BOOT_ALLOW_PLAIN_SECRETS
+  value: "true"
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{- define "anvil.env.gateway" -}}
+{{- $c := .Values.gateway }}
+- name: ANVIL_GATEWAY_ADDR
+  value: ":8080"
+{{- if .Values.adminToken.hash }}
+- name: ANVIL_ADMIN_TOKEN_HASH
+  value: {{ .Values.adminToken.hash | quote }}
+{{- else }}
+- name: ANVIL_ADMIN_TOKEN
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "anvil.adminTokenSecret" . }}
+      key: {{ ternary .Values.adminToken.existingSecretKey "token" (ne .Values.adminToken.existingSecret "") }}
+{{- end }}
+{{- include "anvil.optEnv" (dict "name" "ANVIL_GATEWAY_BODY_LIMIT" "value" (int64 $c.bodyLimit)) }}
+{{- include "anvil.optEnv" (dict "name" "ANVIL_GATEWAY_IDEMPOTENCY_TTL" "value" $c.idempotencyTTL) }}
+{{- end -}}

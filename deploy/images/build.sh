@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# Builds one minimal image per anvil binary, plus nats-server, tagged
+# anvil/<name>:<VERSION> (VERSION is the file at the repository root).
+#
+#   bash deploy/images/build.sh [--no-docker] [name ...]
+#
+# Each image is a static binary (CGO_ENABLED=0, -trimpath) COPYed into
+# FROM scratch with the CA bundle, running as 65532:65532; see
+# deploy/images/Dockerfile and docs/deploy.md. The Docker engine never
+# pulls anything. --no-docker only builds the binaries (into
+# deploy/images/.build/<name>/rootfs). Names default to every image; the
+# simulator (sim/cmd/anvil-sim) is included when that folder exists.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root"
+GO=${GO:-go}
+DOCKER=${DOCKER:-docker}
+version=$(tr -d ' \n' <VERSION)
+[[ -n $version ]] || { echo "images: VERSION is empty" >&2; exit 1; }
+revision=$(git rev-parse HEAD 2>/dev/null || echo unknown)
+created=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+out=deploy/images/.build
+ca=${CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}
+[[ -r $ca ]] || { echo "images: no CA bundle at $ca (install ca-certificates or set CA_BUNDLE)" >&2; exit 1; }
+
+docker=1
+want=()
+for a in "$@"; do
+	case $a in
+	--no-docker) docker=0 ;;
+	-h | --help) sed -n '2,12p' "$0"; exit 0 ;;
+	*) want+=("$a") ;;
+	esac
+done
+
+# name|package|description
+images=(
+	"anvil-registry|./services/registry/cmd/anvil-registry|anvil registry service: organizations, tokens, the machine inventory"
+	"anvil-revisions|./services/revisions/cmd/anvil-revisions|anvil revisions service: clusters, machine pools, revisions, Ignition rendering"
+	"anvil-rollout|./services/rollout/cmd/anvil-rollout|anvil rollout service: rollouts and operations"
+	"anvil-boot|./services/boot/cmd/anvil-boot|anvil boot service: iPXE, Ignition and the agent API (serves the agent binary)"
+	"anvil-gateway|./services/gateway/cmd/anvil-gateway|anvil gateway: the operators' HTTP API"
+	"anvil-agent|./agent/cmd/anvil-agent|anvil-agent, the program on each machine"
+)
+# The simulator only once its main package exists.
+if compgen -G 'sim/cmd/anvil-sim/*.go' >/dev/null; then
+	images+=("anvil-sim|./sim/cmd/anvil-sim|anvil-sim, a simulated fleet of machines")
+fi
+images+=("nats-server|nats|NATS server with JetStream, built from github.com/nats-io/nats-server/v2")
+
+selected() {
+	((${#want[@]} == 0)) && return 0
+	local w
+	for w in "${want[@]}"; do [[ $w == "$1" ]] && return 0; done
+	return 1
+}
+
+export CGO_ENABLED=0 GOOS=linux GOARCH=${GOARCH:-amd64}
+
+# build_go <pkg> <out> [ldflags]: a static, reproducible binary.
+build_go() {
+	local pkg=$1 dst=$2 ld="-s -w -buildid="
+	# -X only where the binary has a version variable (the linker would
+	# silently ignore a missing one; this keeps the intent visible).
+	if grep -qE '^var version( string)? =' "$pkg"/*.go 2>/dev/null; then
+		ld+=" -X main.version=$version"
+	fi
+	"$GO" build -trimpath -ldflags "$ld" -o "$dst" "$pkg"
+}
+
+# nats-server's main package, from the module cache at the version the
+# workspace resolves (what the services are tested against). Nothing of it
+# is copied into this repository.
+build_nats() {
+	local dst=$1 mod=github.com/nats-io/nats-server/v2 v dir
+	v=$("$GO" list -m -f '{{.Version}}' "$mod")
+	dir=$(GOWORK=off GOFLAGS=-mod=mod "$GO" mod download -json "$mod@$v" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+	[[ -d $dir ]] || { echo "images: $mod@$v is not in the module cache" >&2; exit 1; }
+	(cd "$dir" && GOWORK=off GOFLAGS=-mod=mod "$GO" build -trimpath -ldflags "-s -w -buildid=" -o "$root/$dst" .)
+	echo "$v"
+}
+
+built=()
+for spec in "${images[@]}"; do
+	IFS='|' read -r name pkg desc <<<"$spec"
+	selected "$name" || continue
+	ctx=$out/$name
+	rm -rf "$ctx"
+	fs=$ctx/rootfs
+	mkdir -p "$fs/usr/local/bin" "$fs/etc/ssl/certs"
+	start=$SECONDS
+	if [[ $pkg == nats ]]; then
+		nv=$(build_nats "$fs/usr/local/bin/$name")
+		desc+=" $nv"
+	else
+		build_go "$pkg" "$fs/usr/local/bin/$name"
+	fi
+	if [[ $name == anvil-boot ]]; then
+		# The boot service serves the agent of the same version under
+		# /assets/, where the revisions service points Ignition by default.
+		mkdir -p "$fs/srv/anvil/assets"
+		build_go ./agent/cmd/anvil-agent "$fs/srv/anvil/assets/anvil-agent-linux-$GOARCH"
+	fi
+	cp "$ca" "$fs/etc/ssl/certs/ca-certificates.crt"
+	chmod 0644 "$fs/etc/ssl/certs/ca-certificates.crt"
+	sed "s/@NAME@/$name/g" deploy/images/Dockerfile >"$ctx/Dockerfile"
+	echo "images: built $name ($((SECONDS - start))s, $(du -h "$fs/usr/local/bin/$name" | cut -f1))"
+	if ((docker)); then
+		# The engine may be too old for BuildKit; the legacy builder is
+		# enough for FROM scratch (its deprecation notice is dropped).
+		DOCKER_BUILDKIT=0 "$DOCKER" build -q \
+			--build-arg NAME="$name" --build-arg VERSION="$version" \
+			--build-arg REVISION="$revision" --build-arg CREATED="$created" \
+			--build-arg TITLE="$name" --build-arg DESCRIPTION="$desc" \
+			-t "anvil/$name:$version" "$ctx" >/dev/null 2>"$ctx/docker.log" ||
+			{ grep -v -e DEPRECATED -e BuildKit -e environment-variable "$ctx/docker.log" >&2; exit 1; }
+		built+=("anvil/$name:$version")
+	fi
+done
+if ((docker)); then
+	echo "images: tagged"
+	printf '  %s\n' "${built[@]}"
+fi
