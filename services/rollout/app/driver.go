@@ -7,6 +7,10 @@ import (
 	"log/slog"
 	"time"
 
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/anvil-fleet/anvil/libs/events"
 	"github.com/anvil-fleet/anvil/libs/events/errs"
 	bootapi "github.com/anvil-fleet/anvil/services/boot/api"
@@ -42,6 +46,9 @@ type driver struct {
 	inbox    chan message
 	external chan string // ids of events appended to this rollout, seen on the bus
 	execs    map[string]*execution
+	// trace is the span context of rollout.started: everything the driver
+	// appends and does belongs to the trace of the request that started it.
+	trace trace.SpanContext
 }
 
 // message is what executors send their driver.
@@ -232,7 +239,9 @@ func (d *driver) appendBatch(ctx context.Context, cmds []rollout.Command, pubs [
 		if len(drafts) == 0 {
 			return nil
 		}
-		envs, err := d.a.Store.Append(ctx, ref(d.org, d.id), d.version, drafts...)
+		actx, span := d.span(ctx, "rollout append", attribute.Int("anvil.events", len(drafts)))
+		envs, err := d.a.Store.Append(actx, ref(d.org, d.id), d.version, drafts...)
+		span.End()
 		var conflict *events.ConflictError
 		if err != nil {
 			if cerr := d.catchUp(ctx); cerr != nil {
@@ -292,6 +301,9 @@ func (d *driver) catchUp(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("rollout %s: event %d (%s): %w", d.id, env.Sequence, env.Type, err)
 		}
+		if _, ok := p.(rollout.Started); ok && !d.trace.IsValid() {
+			d.trace = trace.SpanContextFromContext(events.ExtractTrace(context.Background(), env))
+		}
 		d.apply(p)
 		d.version = env.Sequence
 		return nil
@@ -317,8 +329,10 @@ func (d *driver) reconcile(ctx context.Context, actions []plan.Action) {
 		ectx, cancel := context.WithCancel(ctx)
 		d.execs[key] = &execution{action: act, cancel: cancel}
 		x := d.executor(act)
+		ectx, span := d.span(ectx, "rollout "+string(act.Kind), attribute.String("anvil.machine", act.Node), attribute.Int("anvil.attempt", act.Attempt))
 		go func() {
 			defer cancel()
+			defer span.End()
 			x.run(ectx)
 			select {
 			case d.inbox <- message{ended: key}:
@@ -327,6 +341,17 @@ func (d *driver) reconcile(ctx context.Context, actions []plan.Action) {
 		}()
 	}
 }
+
+// span starts a span in the rollout's trace.
+func (d *driver) span(ctx context.Context, name string, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
+	if d.trace.IsValid() {
+		ctx = trace.ContextWithRemoteSpanContext(ctx, d.trace)
+	}
+	attrs = append(attrs, attribute.String("anvil.org", d.org), attribute.String("anvil.rollout", d.id))
+	return tracer.Start(ctx, name, trace.WithAttributes(attrs...))
+}
+
+var tracer = otel.Tracer("github.com/anvil-fleet/anvil/services/rollout/app")
 
 func (d *driver) stopAll() {
 	for key, ex := range d.execs {

@@ -35,6 +35,18 @@ func (s *driverSet) get(org, id string) *driver {
 	return s.m[org+"/"+id]
 }
 
+// Driving lists the rollouts ("<org>/<id>") whose driver runs in this
+// replica now.
+func (a *App) Driving() []string {
+	a.drivers.mu.Lock()
+	defer a.drivers.mu.Unlock()
+	out := make([]string, 0, len(a.drivers.m))
+	for k := range a.drivers.m {
+		out = append(out, k)
+	}
+	return out
+}
+
 // RolloutEvent tells the replica that an event was appended to a rollout
 // (seen on the bus): its driver, if it runs here, reads it, and whoever
 // waits on the rollout wakes up.

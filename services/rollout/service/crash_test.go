@@ -2,6 +2,7 @@ package service_test
 
 import (
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"time"
 
@@ -74,4 +75,67 @@ func crashes(s *stack) {
 			s.t.Fatalf("machine %s got %d reboot instructions in the log, want 1", uuid, n)
 		}
 	}
+}
+
+// twoReplicas: two replicas of the rollout service share the work; a
+// rollout is driven by exactly one of them at any moment (its lease), and
+// when that one stops, the other takes the rollout over and finishes it.
+func twoReplicas(s *stack) {
+	org, pool := "pair", "pair"
+	tok := s.org(org)
+	s.cluster(org, "c1")
+	fleet := s.fleetFor(tok, func(c *sim.Config) { c.RebootTime = time.Second })
+	s.machines(org, pool, fleet, 6)
+	s.createPool(org, pool, "c1", poolSpec("1", steady("1")))
+	other, stopOther := s.startReplica("test-2")
+	first := s.current()
+
+	rev := s.apply(org, pool, poolSpec("2", steady("1")))
+	var id string
+	s.eventually("the rollout is driven", time.Minute, func() (bool, string) {
+		r, ok := s.findRollout(org, pool, uint64(rev))
+		id = r.ID
+		return ok && len(first.App.Driving())+len(other.App.Driving()) > 0, ""
+	})
+	key := org + "/" + id
+	drivers := func() (a, b bool) {
+		return slices.Contains(first.App.Driving(), key), slices.Contains(other.App.Driving(), key)
+	}
+	// Sample while it runs: never both.
+	var holder string
+	for i := 0; i < 20; i++ {
+		a, b := drivers()
+		if a && b {
+			s.t.Fatalf("both replicas drive rollout %s", id)
+		}
+		if a {
+			holder = "first"
+		} else if b {
+			holder = "second"
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if holder == "" {
+		s.t.Fatal("no replica drives the rollout")
+	}
+	// Stop the holder; the other takes over.
+	if holder == "first" {
+		s.killRollout()
+	} else {
+		stopOther()
+	}
+	r := s.waitRollout(org, pool, uint64(rev), 3*time.Minute, rollout.StatusSucceeded)
+	if r.Progress.Done != 6 {
+		s.t.Fatalf("progress %+v", r.Progress)
+	}
+	for _, m := range fleet.Machines() {
+		if n := len(m.Reboots()); n != 1 {
+			s.t.Fatalf("%s rebooted %d times across the handover, want once", m.Hostname(), n)
+		}
+	}
+	s.t.Logf("replica %s drove rollout %s until it stopped; the other finished it", holder, id)
+	if holder == "first" {
+		s.startRollout() // the remaining scenarios use the stack's own replica
+	}
+	stopOther()
 }

@@ -25,6 +25,7 @@ func TestRollouts(t *testing.T) {
 	t.Run("an agent that never reports, then retry", func(t *testing.T) { s.t = t; neverReports(s) })
 	t.Run("abort mid-way", func(t *testing.T) { s.t = t; abortMidway(s) })
 	t.Run("maintenance and graceful delete", func(t *testing.T) { s.t = t; maintenanceAndDelete(s) })
+	t.Run("two replicas, one lease", func(t *testing.T) { s.t = t; twoReplicas(s) })
 	t.Run("twenty crashes of the rollout service", func(t *testing.T) { s.t = t; crashes(s) })
 }
 

@@ -152,6 +152,20 @@ func (s *stack) startRollout() {
 	s.mu.Unlock()
 }
 
+// startReplica starts another replica of the rollout service, with its
+// own instance name, and returns it and its stop function.
+func (s *stack) startReplica(instance string) (*service.Service, func()) {
+	s.t.Helper()
+	cfg := s.rolloutCfg
+	cfg.Instance = instance
+	ready := make(chan *service.Service, 1)
+	var svcRef *service.Service
+	stop := s.run("rollout "+instance, func(ctx context.Context) error {
+		return service.Start(ctx, cfg, svc.Options{Conn: s.conn(), Logger: s.logger("rollout-" + instance)}, service.Hooks{Ready: ready})
+	}, func() { svcRef = <-ready })
+	return svcRef, stop
+}
+
 // killRollout stops the rollout service at once (its context is
 // cancelled, as a SIGTERM would).
 func (s *stack) killRollout() {
@@ -193,6 +207,12 @@ func (s *stack) run(name string, fn func(context.Context) error, ready func()) f
 	}
 	s.t.Cleanup(stop)
 	return stop
+}
+
+func (s *stack) current() *service.Service {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.rollout
 }
 
 func (s *stack) conn() *nats.Conn {
