@@ -170,6 +170,9 @@ type Settings struct {
 	OnlineWindow time.Duration
 	// Instance names this replica (leases, logs).
 	Instance string
+	// RemediationMaxInFlight goes into every rollout's strategy at start
+	// (see rollout.Strategy).
+	RemediationMaxInFlight int
 }
 
 // Defaults fills unset settings.

@@ -67,7 +67,8 @@ func (a *App) Start(ctx context.Context, c StartRollout) (uint64, error) {
 	}
 	cmd := rollout.Start{
 		ID: c.ID, Pool: c.Pool, Cluster: c.Cluster, Revision: c.Revision, Hash: c.Hash, Rollback: c.Rollback,
-		After: c.After, PoolSize: len(ms), Strategy: rollout.Strategy{Rollout: c.Strategy}, RequestedBy: c.RequestedBy,
+		After: c.After, PoolSize: len(ms), RequestedBy: c.RequestedBy,
+		Strategy: rollout.Strategy{Rollout: c.Strategy, RemediationMaxInFlight: a.Settings.RemediationMaxInFlight},
 	}
 	found := false
 	for _, m := range ms {

@@ -24,6 +24,7 @@ func TestRollouts(t *testing.T) {
 	t.Run("a PodDisruptionBudget holds the drain", func(t *testing.T) { s.t = t; pdbBlocks(s) })
 	t.Run("an agent that never reports, then retry", func(t *testing.T) { s.t = t; neverReports(s) })
 	t.Run("abort mid-way", func(t *testing.T) { s.t = t; abortMidway(s) })
+	t.Run("remediation of a machine that never rejoins", func(t *testing.T) { s.t = t; remediation(s) })
 	t.Run("maintenance and graceful delete", func(t *testing.T) { s.t = t; maintenanceAndDelete(s) })
 	t.Run("two replicas, one lease", func(t *testing.T) { s.t = t; twoReplicas(s) })
 	t.Run("twenty crashes of the rollout service", func(t *testing.T) { s.t = t; crashes(s) })
@@ -318,3 +319,67 @@ func must(t testing.TB, err error) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// remediation: with --remediation-max-in-flight, a machine that booted
+// but whose node never turned Ready gets one more reboot (a reapply), and
+// the rollout goes on once it is back.
+func remediation(s *stack) {
+	org, pool := "heal", "heal"
+	tok := s.org(org)
+	s.cluster(org, "c1")
+	fleet := s.fleetFor(tok, nil)
+	ms := s.machines(org, pool, fleet, 3)
+	s.createPool(org, pool, "c1", poolSpec("1", steady("1")))
+
+	s.killRollout()
+	s.rolloutCfg.RemediationMaxInFlight = 1
+	s.startRollout()
+	defer func() {
+		s.killRollout()
+		s.rolloutCfg.RemediationMaxInFlight = 0
+		s.startRollout()
+	}()
+
+	strat := steady("1")
+	strat.NodeReadyTimeout = "1m"
+	// m01's node never turns Ready after its reboot (the switch takes
+	// effect at once, so it is thrown as the reboot begins).
+	go func() {
+		deadline := time.Now().Add(2 * time.Minute)
+		for time.Now().Before(deadline) && len(ms[0].Reboots()) == 0 {
+			time.Sleep(5 * time.Millisecond)
+		}
+		ms[0].NeverJoin(true)
+	}()
+	rev := s.apply(org, pool, poolSpec("2", strat))
+	s.eventually("m01 is remediated", 3*time.Minute, func() (bool, string) {
+		r, ok := s.findRollout(org, pool, uint64(rev))
+		if !ok {
+			return false, "no rollout"
+		}
+		for _, l := range s.log(org, r.ID) {
+			if strings.Contains(l, pool+"-m01 reboot remediated: wait_ready timed out") {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprint(r.Status, " ", r.Progress, " ", r.Reason, " strategy ", r.Strategy.RemediationMaxInFlight)
+	})
+	ms[0].NeverJoin(false) // whatever was wrong, the reboot fixed it
+	r := s.waitRollout(org, pool, uint64(rev), 3*time.Minute, rollout.StatusSucceeded)
+	if r.Progress.Done != 3 {
+		s.t.Fatalf("progress %+v", r.Progress)
+	}
+	for i, m := range ms {
+		want := 1
+		if i == 0 {
+			want = 2
+		}
+		if n := len(m.Reboots()); n != want {
+			s.t.Fatalf("%s rebooted %d times, want %d", m.Hostname(), n, want)
+		}
+	}
+	if rb := ms[0].Reboots(); rb[1].Kind != "reapply" {
+		s.t.Fatalf("the remediation's reboot was a %q", rb[1].Kind)
+	}
+	s.registryAll(org, pool, "ready", uint64(rev))
+}

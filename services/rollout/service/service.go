@@ -41,6 +41,9 @@ type Config struct {
 	Replan   time.Duration // --replan / ANVIL_ROLLOUT_REPLAN
 	// OnlineWindow: --ipxe-online-window / ANVIL_ROLLOUT_IPXE_ONLINE_WINDOW
 	OnlineWindow time.Duration
+	// RemediationMaxInFlight: --remediation-max-in-flight /
+	// ANVIL_ROLLOUT_REMEDIATION_MAX_IN_FLIGHT
+	RemediationMaxInFlight int
 }
 
 // RegisterFlags binds the service's flags, each with an environment default.
@@ -54,6 +57,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"how often a waiting step looks again when no change notification came (env ANVIL_ROLLOUT_POLL)")
 	fs.DurationVar(&c.Replan, "replan", envDuration("ANVIL_ROLLOUT_REPLAN", 30*time.Second),
 		"safety-net interval at which each rollout is planned again without any event (env ANVIL_ROLLOUT_REPLAN)")
+	fs.IntVar(&c.RemediationMaxInFlight, "remediation-max-in-flight", svc.EnvInt("ANVIL_ROLLOUT_REMEDIATION_MAX_IN_FLIGHT", 0),
+		"give a machine that booted but never came back one more reboot, at most this many machines of a rollout at a time; 0 disables (env ANVIL_ROLLOUT_REMEDIATION_MAX_IN_FLIGHT)")
 	fs.DurationVar(&c.OnlineWindow, "ipxe-online-window", envDuration("ANVIL_ROLLOUT_IPXE_ONLINE_WINDOW", 2*time.Minute),
 		"a machine without a node that iPXE-booted this recently counts as online for the sanity checks (env ANVIL_ROLLOUT_IPXE_ONLINE_WINDOW)")
 }
@@ -83,6 +88,9 @@ func (c Config) withDefaults() (Config, error) {
 	var errs []error
 	if c.LeaseTTL < time.Second {
 		errs = append(errs, fmt.Errorf("--lease-ttl must be at least 1s, got %s", c.LeaseTTL))
+	}
+	if c.RemediationMaxInFlight < 0 || c.RemediationMaxInFlight > 1000 {
+		errs = append(errs, fmt.Errorf("--remediation-max-in-flight must be between 0 and 1000, got %d", c.RemediationMaxInFlight))
 	}
 	if c.Poll < 0 || c.Replan < 0 || c.OnlineWindow < 0 {
 		errs = append(errs, errors.New("--poll, --replan and --ipxe-online-window must not be negative"))
@@ -154,7 +162,8 @@ func Start(ctx context.Context, cfg Config, o svc.Options, h Hooks) error {
 		Store:      rt.Store, Events: rt.Registry, Registry: adapters.NewRegistry(rt.Conn), Revisions: revisions,
 		Boot: adapters.Boot{NC: rt.Conn}, Clusters: clusters, Leases: leases, Rollouts: model,
 		Log: log, Now: h.Now, Metrics: app.DefaultMetrics(),
-		Settings: app.Settings{Poll: cfg.Poll, Replan: cfg.Replan, OnlineWindow: cfg.OnlineWindow, Instance: cfg.Instance},
+		Settings: app.Settings{Poll: cfg.Poll, Replan: cfg.Replan, OnlineWindow: cfg.OnlineWindow, Instance: cfg.Instance,
+			RemediationMaxInFlight: cfg.RemediationMaxInFlight},
 	}
 	a.Defaults()
 	model.OnChange = func(org, id string, created, active bool) {

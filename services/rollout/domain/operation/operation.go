@@ -36,6 +36,7 @@ const (
 	LogResumed        = "resumed"
 	LogAbortRequested = "abort_requested"
 	LogRetried        = "retried"
+	LogRemediated     = "remediated"
 	LogAborted        = "aborted"
 	LogFinalState     = "final_state" // one per machine when the rollout fails or is aborted
 )
@@ -251,6 +252,8 @@ func (v *View) log(event any, existed bool) {
 		b := e.Block
 		v.add(b.At, e.Machine, rollout.StepDrain, LogBlocked, "pod %s cannot be evicted: PodDisruptionBudget %s refuses it; waited %s so far%s",
 			b.Pod, b.Budget, b.WaitedFor, suffix(b.Message))
+	case rollout.MachineRemediated:
+		v.add(e.At, e.Machine, rollout.StepReboot, LogRemediated, "%s", e.Reason)
 	case rollout.MachineDone:
 		v.add(e.At, e.Machine, "", LogDone, "at revision %d, Ready and uncordoned", s.Revision)
 	case rollout.MachineReleased:

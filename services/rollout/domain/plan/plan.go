@@ -153,6 +153,14 @@ func Next(s rollout.State, now time.Time) Decision {
 		return d
 	}
 	if s.Outcome == rollout.StatusFailed {
+		// A machine that never came back may get one more reboot, which
+		// reopens the rollout.
+		for _, u := range s.RemediationCandidates() {
+			d.Commands = append(d.Commands, rollout.Remediate{Machine: u})
+		}
+		if len(d.Commands) > 0 {
+			return d
+		}
 		d.Waiting = append(d.Waiting, rollout.Block{Reason: rollout.BlockHalted, Message: "the rollout failed (" + s.Reason + "); retry or abort it"})
 		return d
 	}
@@ -172,6 +180,10 @@ func Next(s rollout.State, now time.Time) Decision {
 
 	// Machines that have begun.
 	settling := false // a command that changes what may begin
+	for _, u := range s.RemediationCandidates() {
+		d.Commands = append(d.Commands, rollout.Remediate{Machine: u})
+		settling = true
+	}
 	for i := range s.Machines {
 		m := &s.Machines[i]
 		if !m.Phase.Out() {

@@ -637,9 +637,12 @@ func TestManyScenariosWithCrashes(t *testing.T) {
 				n.agentSilent = true
 			case 2:
 				n.neverReports = true
+			case 3:
+				n.notReadyBoots = 1 + rng.IntN(2)
 			}
 		}
 		st := startCmd("mix", ms, []string{"1", "2", "50%", "100%", "10%"}[rng.IntN(5)])
+		st.Strategy.RemediationMaxInFlight = rng.IntN(3)
 		if rng.IntN(3) == 0 {
 			st.Strategy.MaintenanceWindows = []pool.Window{{Days: []string{"mon", "wed", "fri"}, Start: "09:00", End: "11:00", TimeZone: "UTC"}}
 		}
@@ -651,7 +654,7 @@ func TestManyScenariosWithCrashes(t *testing.T) {
 			switch {
 			case d.state.Status() == rollout.StatusFailed && rng.IntN(4) == 0:
 				for _, x := range w.nodes { // someone fixes things
-					x.pdbBlockTicks, x.agentSilent, x.neverReports = 0, false, false
+					x.pdbBlockTicks, x.agentSilent, x.neverReports, x.notReadyBoots = 0, false, false, 0
 				}
 				d.safeDecide(rollout.Retry{})
 			case d.state.Status() == rollout.StatusFailed && rng.IntN(8) == 0:
@@ -731,5 +734,49 @@ func TestOperationView(t *testing.T) {
 	}
 	if fmt.Sprint(inc.Log) != fmt.Sprint(v.Log) || inc.Progress != v.Progress {
 		t.Error("incremental view differs")
+	}
+}
+
+// A machine that boots but whose node never turns Ready is remediated
+// with one more reboot (a reapply, a new instruction id) when the
+// strategy allows it; a second failure is final.
+func TestRemediationGivesOneMoreReboot(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		failBoots int
+		want      rollout.Status
+	}{{"recovers", 1, rollout.StatusSucceeded}, {"fails again", 2, rollout.StatusFailed}} {
+		t.Run(c.name, func(t *testing.T) {
+			w := newWorld(3, 1)
+			w.nodes[uuidOf(1)].notReadyBoots = c.failBoots
+			start := startCmd("r1", machines(3), "1")
+			start.Strategy.RemediationMaxInFlight = 1
+			d := newDriver(t, w, start)
+			d.run(1200)
+			if st := d.state.Status(); st != c.want {
+				t.Fatalf("status %s (%s)", st, d.state.Reason)
+			}
+			ids := instructionsFor(w, uuidOf(1))
+			if len(ids) != 2 || len(w.reboots[uuidOf(1)]) != 2 || ids[0] == ids[1] {
+				t.Fatalf("m01 instructions %v reboots %v; want two distinct", ids, w.reboots[uuidOf(1)])
+			}
+			if in := w.instr(ids[1]); in.kind != rollout.KindReapply {
+				t.Fatalf("the remediation's instruction is a %s", in.kind)
+			}
+			if m := d.machine(1); m.Remediations != 1 || m.Remediating {
+				t.Fatalf("m01 remediations %d remediating %v", m.Remediations, m.Remediating)
+			}
+			if !d.logHas("remediated: wait_ready timed out; one more reboot into revision") {
+				t.Fatal("the log does not show the remediation")
+			}
+			// Without remediation the same world fails at once, after one reboot.
+			w2 := newWorld(3, 1)
+			w2.nodes[uuidOf(1)].notReadyBoots = c.failBoots
+			d2 := newDriver(t, w2, startCmd("r1", machines(3), "1"))
+			d2.run(1200)
+			if st := d2.state.Status(); st != rollout.StatusFailed || len(w2.reboots[uuidOf(1)]) != 1 {
+				t.Fatalf("without remediation: %s, %d reboots", st, len(w2.reboots[uuidOf(1)]))
+			}
+		})
 	}
 }

@@ -46,6 +46,7 @@ type node struct {
 	pdbBlockTicks int  // the drain is blocked this many more ticks (-1: for ever)
 	agentSilent   bool // the agent never accepts instructions
 	neverReports  bool // reboots but never comes back with the revision
+	notReadyBoots int  // this many more boots come back without the node ever turning Ready
 }
 
 type world struct {
@@ -119,6 +120,10 @@ func (w *world) tick() {
 		if n.down && !w.now.Before(n.bootAt) && !n.neverReports {
 			n.down, n.revision = false, n.bootingInto
 			n.readyAt = w.now.Add(time.Duration(w.readyTicks) * time.Minute)
+			if n.notReadyBoots > 0 {
+				n.notReadyBoots--
+				n.readyAt = time.Time{}
+			}
 			for _, in := range w.instructions {
 				if in.uuid == n.uuid && in.status == "accepted" {
 					in.status = "done"

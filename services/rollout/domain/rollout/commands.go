@@ -58,7 +58,7 @@ func CommandTypes() []any {
 	return []any{
 		Start{}, ResolveDependency{}, RecordChecks{}, Pause{}, Resume{}, Abort{}, Retry{},
 		BeginMachine{}, StartStep{}, SucceedStep{}, FailStep{}, CancelStep{}, RecordDrainBlocked{},
-		CompleteMachine{}, Finish{},
+		CompleteMachine{}, Finish{}, Remediate{},
 	}
 }
 
@@ -189,6 +189,12 @@ type CompleteMachine struct {
 // Finish records the rollout's outcome once nothing is in flight.
 type Finish struct{}
 
+// Remediate gives a machine that never came back one more reboot (see
+// Strategy.RemediationMaxInFlight). The planner proposes it.
+type Remediate struct {
+	Machine string `json:"machine"`
+}
+
 func (Start) CommandType() string              { return "rollout.start" }
 func (Pause) CommandType() string              { return "rollout.pause" }
 func (Resume) CommandType() string             { return "rollout.resume" }
@@ -204,6 +210,7 @@ func (CancelStep) CommandType() string         { return "rollout.cancel_step" }
 func (RecordDrainBlocked) CommandType() string { return "rollout.record_drain_blocked" }
 func (CompleteMachine) CommandType() string    { return "rollout.complete_machine" }
 func (Finish) CommandType() string             { return "rollout.finish" }
+func (Remediate) CommandType() string          { return "rollout.remediate" }
 
 // --- refusals ---
 
@@ -598,4 +605,17 @@ func finishEvent(s *State, now time.Time) any {
 		return Aborted{Machines: s.Report(), At: now}
 	}
 	return nil
+}
+
+func (c Remediate) decide(s *State, now time.Time) ([]any, error) {
+	m, err := s.machine(c.Machine)
+	if err != nil {
+		return nil, err
+	}
+	if !s.remediable(m) {
+		return nil, s.refuse("remediate "+m.Hostname, "remediation is off, the machine did not time out waiting to come back, it was remediated already, or "+
+			fmt.Sprintf("%d machines are being remediated (the cap)", s.Strategy.RemediationMaxInFlight))
+	}
+	reason := fmt.Sprintf("%s timed out; one more reboot into revision %d (remediation %d of %d)", m.Failure.Step, s.Revision, m.Remediations+1, MaxRemediations)
+	return []any{MachineRemediated{Machine: m.UUID, Reason: reason, At: now}}, nil
 }

@@ -112,6 +112,15 @@ type DrainBlocked struct {
 	Block   DrainBlock `json:"block"`
 }
 
+// MachineRemediated: a machine that booted but never came back (wait_boot
+// or wait_ready timed out) is given one more reboot into the revision: its
+// reboot step starts again as a new attempt, with a reapply instruction.
+type MachineRemediated struct {
+	Machine string    `json:"machine"`
+	Reason  string    `json:"reason"`
+	At      time.Time `json:"at"`
+}
+
 // MachineDone: the machine runs the target revision, its node is Ready
 // and uncordoned.
 type MachineDone struct {
@@ -184,6 +193,7 @@ func (StepFailed) EventType() string         { return "rollout.step_failed" }
 func (StepCancelled) EventType() string      { return "rollout.step_cancelled" }
 func (DrainBlocked) EventType() string       { return "rollout.drain_blocked" }
 func (MachineDone) EventType() string        { return "rollout.machine_done" }
+func (MachineRemediated) EventType() string  { return "rollout.machine_remediated" }
 func (MachineReleased) EventType() string    { return "rollout.machine_released" }
 func (Paused) EventType() string             { return "rollout.paused" }
 func (Resumed) EventType() string            { return "rollout.resumed" }
@@ -198,7 +208,7 @@ func EventTypes() []any {
 	return []any{
 		Started{}, DependencyResolved{}, ChecksRecorded{}, MachineBegun{},
 		StepStarted{}, StepSucceeded{}, StepFailed{}, StepCancelled{}, DrainBlocked{},
-		MachineDone{}, MachineReleased{}, Paused{}, Resumed{}, AbortRequested{}, Retried{},
+		MachineDone{}, MachineReleased{}, MachineRemediated{}, Paused{}, Resumed{}, AbortRequested{}, Retried{},
 		Succeeded{}, Failed{}, Aborted{},
 	}
 }

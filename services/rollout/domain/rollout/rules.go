@@ -327,3 +327,48 @@ func InstructionID(rollout, machine string, attempt int) string {
 	sum := sha256.Sum256([]byte(rollout + "\x00" + machine + "\x00reboot\x00" + strconv.Itoa(attempt)))
 	return "ri-" + hex.EncodeToString(sum[:16])
 }
+
+// remediable reports whether machine m may be given one more reboot now:
+// remediation is on, m booted but never came back (its wait_boot or
+// wait_ready timed out), it was not remediated before, the rollout is not
+// being aborted or finished, and fewer than RemediationMaxInFlight of its
+// machines are being remediated.
+func (s *State) remediable(m *MachineState) bool {
+	max := s.Strategy.RemediationMaxInFlight
+	if max <= 0 || s.Aborting || s.Outcome == StatusSucceeded || s.Outcome == StatusAborted {
+		return false
+	}
+	f := m.Failure
+	if m.Phase != PhaseFailed || f == nil || !f.TimedOut || (f.Step != StepWaitBoot && f.Step != StepWaitReady) ||
+		m.Remediations >= MaxRemediations {
+		return false
+	}
+	return s.remediating() < max
+}
+
+func (s *State) remediating() int {
+	n := 0
+	for i := range s.Machines {
+		if s.Machines[i].Remediating {
+			n++
+		}
+	}
+	return n
+}
+
+// RemediationCandidates lists the machines that may be remediated now, in
+// rollout order, within the in-flight cap.
+func (s *State) RemediationCandidates() []string {
+	var out []string
+	room := s.Strategy.RemediationMaxInFlight - s.remediating()
+	for i := range s.Machines {
+		if len(out) >= room {
+			break
+		}
+		m := &s.Machines[i]
+		if s.remediable(m) {
+			out = append(out, m.UUID)
+		}
+	}
+	return out
+}

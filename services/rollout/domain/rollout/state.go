@@ -35,9 +35,14 @@ type MachineState struct {
 	Failure *Failure    `json:"failure,omitempty"` // the latest failure
 	Blocked *DrainBlock `json:"blocked,omitempty"` // the running drain's latest block
 	// ReleaseAttempted: the abort already tried to uncordon it once.
-	ReleaseAttempted bool      `json:"release_attempted,omitempty"`
-	BegunAt          time.Time `json:"begun_at,omitzero"`
-	FinishedAt       time.Time `json:"finished_at,omitzero"`
+	ReleaseAttempted bool `json:"release_attempted,omitempty"`
+	// Remediations counts the extra reboots given to it after it never
+	// came back; Remediating is set from one until the machine is done or
+	// fails again.
+	Remediations int       `json:"remediations,omitempty"`
+	Remediating  bool      `json:"remediating,omitempty"`
+	BegunAt      time.Time `json:"begun_at,omitzero"`
+	FinishedAt   time.Time `json:"finished_at,omitzero"`
 }
 
 // State is a rollout as folded from its events. The zero value is a
@@ -295,7 +300,7 @@ func (s *State) Apply(event any) {
 		if m == nil {
 			return
 		}
-		m.Phase, m.StepStatus = PhaseFailed, StepStatusFailed
+		m.Phase, m.StepStatus, m.Remediating = PhaseFailed, StepStatusFailed, false
 		m.Failure = &Failure{Step: e.Step, Attempt: e.Attempt, Reason: e.Reason, TimedOut: e.TimedOut, At: e.At}
 	case StepCancelled:
 		if m := s.running(e.Machine, e.Step, e.Attempt); m != nil {
@@ -308,7 +313,7 @@ func (s *State) Apply(event any) {
 		}
 	case MachineDone:
 		if m, ok := s.Machine(e.Machine); ok && m.Phase == PhaseActive {
-			m.Phase, m.FinishedAt = PhaseDone, e.At
+			m.Phase, m.FinishedAt, m.Remediating = PhaseDone, e.At, false
 			s.LastFinishedAt = e.At
 		}
 	case MachineReleased:
@@ -324,6 +329,23 @@ func (s *State) Apply(event any) {
 		if s.Outcome != StatusSucceeded && s.Outcome != StatusAborted {
 			s.Aborting, s.Paused = true, false
 			s.AbortedBy, s.AbortReason = e.By, e.Reason
+			s.Outcome, s.Reason, s.FinishedAt = "", "", time.Time{}
+		}
+	case MachineRemediated:
+		m, ok := s.Machine(e.Machine)
+		if !ok || !s.remediable(m) {
+			return
+		}
+		m.Remediations++
+		m.Remediating = true
+		m.Phase = PhaseActive
+		// The reboot step starts again as its next attempt (a new
+		// instruction id); the machine already runs or half-runs the
+		// target, so the instruction is a reapply.
+		m.Attempt = len(m.Instructions)
+		m.Step, m.StepStatus, m.Kind = StepReboot, StepStatusFailed, KindReapply
+		m.Ready = false
+		if s.Outcome == StatusFailed {
 			s.Outcome, s.Reason, s.FinishedAt = "", "", time.Time{}
 		}
 	case Retried:

@@ -174,7 +174,18 @@ const (
 type Strategy struct {
 	pool.Rollout
 	StepTimeouts
+	// RemediationMaxInFlight, when positive, lets the rollout remediate a
+	// machine that booted but never came back (wait_boot or wait_ready
+	// timed out): one more reboot into the revision (a reapply), at most
+	// this many machines of the rollout at a time and once per machine,
+	// as Cluster API's MachineHealthCheck caps remediation. 0: a machine
+	// that never rejoins fails and waits for an operator. It is the rollout
+	// service's setting, frozen at start.
+	RemediationMaxInFlight int `json:"remediation_max_in_flight,omitempty"`
 }
+
+// MaxRemediations is how often one machine is remediated in a rollout.
+const MaxRemediations = 1
 
 // WithDefaults fills unset fields.
 func (s Strategy) WithDefaults() Strategy {
@@ -196,6 +207,9 @@ func (s Strategy) WithDefaults() Strategy {
 func (s Strategy) Validate() error {
 	var f errs.Fields
 	f.Merge("", s.Rollout.Validate())
+	if s.RemediationMaxInFlight < 0 || s.RemediationMaxInFlight > 1000 {
+		f.Add("remediation_max_in_flight", "must be between 0 and 1000, got %d", s.RemediationMaxInFlight)
+	}
 	for _, t := range []struct {
 		name string
 		d    pool.Duration
