@@ -15,10 +15,13 @@ BENCH ?= .
 BENCHTIME ?= 1x
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: run test bench lint fmt tidy deps kube-bins qemu ipxe-artifact images
+.PHONY: run demo test bench lint fmt tidy deps kube-bins qemu ipxe-artifact images
 
 run: ## start the control plane on an embedded JetStream
 	$(GO) run ./devstack/cmd/anvil-dev
+
+demo: kube-bins ## the seed story with live progress on a real control plane, then the stack stays up until Ctrl-C (DEMOFLAGS=-h lists its flags)
+	$(GO) run ./demo/cmd/anvil-demo $(DEMOFLAGS)
 
 test: deps ## go test -race over every module
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TESTFLAGS) $(PKGS)

@@ -13,7 +13,6 @@ require (
 	github.com/ThreeDotsLabs/watermill v1.5.1 // indirect
 	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect
 	github.com/anvil-fleet/anvil/agent v0.0.0 // indirect
-	github.com/anvil-fleet/anvil/libs/kubeharness v0.0.0-00010101000000-000000000000 // indirect
 	github.com/anvil-fleet/anvil/services/boot v0.0.0 // indirect
 	github.com/aws/aws-sdk-go-v2 v1.43.4 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
@@ -133,10 +132,12 @@ require (
 require (
 	github.com/anvil-fleet/anvil/devstack v0.0.0
 	github.com/anvil-fleet/anvil/libs/events v0.0.0
+	github.com/anvil-fleet/anvil/libs/kubeharness v0.0.0-00010101000000-000000000000
 	github.com/anvil-fleet/anvil/services/gateway v0.0.0
 	github.com/anvil-fleet/anvil/services/registry v0.0.0
 	github.com/anvil-fleet/anvil/services/revisions v0.0.0
 	github.com/anvil-fleet/anvil/services/rollout v0.0.0
+	github.com/anvil-fleet/anvil/sim v0.0.0
 	github.com/nats-io/nats.go v1.55.0
 )
 

@@ -103,7 +103,42 @@ func (a *app) rolloutCmd() *cobra.Command {
 	startCmd.Flags().StringVar(&start.After, "after", "", "wait until this rollout succeeded")
 	_ = startCmd.MarkFlagRequired("pool")
 
-	cmd.AddCommand(status, startCmd,
+	var toRevision int
+	undo := &cobra.Command{
+		Use:   "undo <pool> --to-revision n",
+		Short: "Roll a pool back (or forward) to one of its revisions",
+		Long: "undo rolls revision n of the pool out (POST …/pools/{pool}/revisions/{n}/apply): an older revision\n" +
+			"is a rollback, the pool's current one re-reboots its machines. Follow it with rollout status --watch.",
+		Example:           "  anvilctl rollout undo workers --to-revision 2",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: a.completeNames("pools"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if toRevision < 1 {
+				return fmt.Errorf("--to-revision: want a revision number (1 or more)")
+			}
+			p, err := a.c.orgPath("/pools/%s/revisions/%d/apply", args[0], toRevision)
+			if err != nil {
+				return err
+			}
+			out, err := a.send(cmd.Context(), "POST", p, nil, "")
+			if err != nil {
+				return err
+			}
+			if a.output != FormatTable {
+				return printValue(cmd.OutOrStdout(), a.output, out)
+			}
+			what := "rolling out revision "
+			if b, _ := out["rollback"].(bool); b {
+				what = "rolling back to revision "
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "pool/%s %s%s\n", args[0], what, str(out["apply_requested"]))
+			return nil
+		},
+	}
+	undo.Flags().IntVar(&toRevision, "to-revision", 0, "the revision to roll out (required)")
+	_ = undo.MarkFlagRequired("to-revision")
+
+	cmd.AddCommand(status, startCmd, undo,
 		a.controlCmd("pause", "paused", "Pause a rollout: no new machine begins; machines already begun finish"),
 		a.controlCmd("resume", "resumed", "Resume a paused rollout"),
 		a.controlCmd("abort", "aborted", "Abort a rollout: machines not begun are left alone"),

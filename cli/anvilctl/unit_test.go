@@ -214,6 +214,9 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"apply", "--org", "acme"}, "name a file"},
 		{[]string{"get", "machine", "u1", "--at", "soon", "--org", "acme"}, "--at"},
 		{[]string{"events", "--since", "soon", "--org", "acme"}, "--since"},
+		{[]string{"rollout", "undo", "workers", "--org", "acme"}, `"to-revision" not set`},
+		{[]string{"rollout", "undo", "workers", "--to-revision", "0", "--org", "acme"}, "--to-revision"},
+		{[]string{"rollout", "undo", "--to-revision", "1", "--org", "acme"}, "accepts 1 arg"},
 	} {
 		var out bytes.Buffer
 		root := NewRoot(Env{Stdout: &out, Stderr: &out, Getenv: envOf(map[string]string{"HOME": t.TempDir()})})

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -34,10 +35,31 @@ const (
 	DefaultTimeout = 10 * time.Second
 )
 
-// reply is the wire form of every answer.
+// reply is the wire form of every answer: {"result": …} or {"error": …},
+// never both. A success is written as exactly `{"result":` + the result's
+// JSON + `}`, which lets CallJSON take the result's bytes without decoding.
 type reply struct {
 	Result json.RawMessage `json:"result,omitempty"`
 	Error  *errs.Error     `json:"error,omitempty"`
+}
+
+const resultPrefix = `{"result":`
+
+// JSON is a result that is already encoded: a handler that returns it (as
+// its response type, Handle[Req, JSON]) has these bytes sent as the result
+// verbatim, neither encoded nor validated again. It must be exactly one
+// valid JSON value; an empty JSON is sent as no result (the caller's zero
+// value). Callers decode it as they would the value it encodes, so a
+// handler can switch from a Go value to its pre-encoded bytes (as the
+// registry's machine reads do) without its callers noticing.
+type JSON []byte
+
+// MarshalJSON makes a JSON embedded in another result encode as itself.
+func (j JSON) MarshalJSON() ([]byte, error) {
+	if len(j) == 0 {
+		return []byte("null"), nil
+	}
+	return j, nil
 }
 
 var (
@@ -72,17 +94,23 @@ func NewServer(nc *nats.Conn, queue string, concurrency int, log *slog.Logger) *
 // Handle serves fn on subject. Requests are decoded strictly: an unknown
 // field or a wrong type is a validation error naming the field.
 func Handle[Req, Resp any](s *Server, subject string, fn func(ctx context.Context, req Req) (Resp, error)) error {
+	return s.subscribe(subject, func(ctx context.Context, data []byte) (any, error) {
+		var req Req
+		if err := Decode(data, &req); err != nil {
+			return nil, err
+		}
+		return fn(ctx, req)
+	})
+}
+
+// subscribe serves fn on subject in the server's queue group, at most
+// concurrency at once.
+func (s *Server) subscribe(subject string, fn func(context.Context, []byte) (any, error)) error {
 	sub, err := s.nc.QueueSubscribe(subject, s.queue, func(m *nats.Msg) {
 		s.slots <- struct{}{}
 		go func() {
 			defer func() { <-s.slots }()
-			s.serve(m, subject, func(ctx context.Context, data []byte) (any, error) {
-				var req Req
-				if err := Decode(data, &req); err != nil {
-					return nil, err
-				}
-				return fn(ctx, req)
-			})
+			s.serve(m, subject, fn)
 		}()
 	})
 	if err != nil {
@@ -90,6 +118,49 @@ func Handle[Req, Resp any](s *Server, subject string, fn func(ctx context.Contex
 	}
 	s.subs = append(s.subs, sub)
 	return nil
+}
+
+// HandleAppend serves fn on subject, where fn appends its result, already
+// encoded as JSON, to dst and returns the extended slice (or an error),
+// as Handle[Req, JSON] would send it. dst is a pooled buffer that already
+// holds the reply's framing, so an answer made of cached bytes (a page of
+// machines) is copied once and allocates nothing; fn must not keep dst.
+// Appending nothing sends no result.
+func HandleAppend[Req any](s *Server, subject string, fn func(ctx context.Context, req Req, dst []byte) ([]byte, error)) error {
+	return s.subscribe(subject, func(ctx context.Context, data []byte) (any, error) {
+		var req Req
+		if err := Decode(data, &req); err != nil {
+			return nil, err
+		}
+		buf := getBuffer()
+		b, err := fn(ctx, req, append((*buf)[:0], resultPrefix...))
+		if err != nil {
+			putBuffer(buf)
+			return nil, err
+		}
+		if len(b) == len(resultPrefix) { // no result
+			b = append(b[:0], "{}"...)
+		} else {
+			b = append(b, '}')
+		}
+		*buf = b
+		return framed{buf}, nil
+	})
+}
+
+// framed is a whole success reply in a pooled buffer.
+type framed struct{ buf *[]byte }
+
+// buffers holds reply buffers: a reply is copied into the connection's
+// buffer by Respond, so its own buffer can be used again at once.
+var buffers = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
+
+func getBuffer() *[]byte { return buffers.Get().(*[]byte) }
+
+func putBuffer(b *[]byte) {
+	if cap(*b) <= 4<<20 { // keep no giant
+		buffers.Put(b)
+	}
 }
 
 // Close stops taking requests and waits for running handlers to finish.
@@ -126,6 +197,26 @@ func (s *Server) serve(m *nats.Msg, subject string, fn func(context.Context, []b
 		}()
 		return fn(ctx, m.Data)
 	}()
+	if err == nil {
+		switch r := result.(type) {
+		case framed: // the whole reply, made by HandleAppend
+			handled.WithLabelValues(subject, "ok").Inc()
+			s.respond(ctx, m, subject, *r.buf)
+			putBuffer(r.buf)
+			return
+		case JSON: // framed as json.Marshal(reply{Result: r}) would, without scanning r
+			handled.WithLabelValues(subject, "ok").Inc()
+			if len(r) == 0 {
+				s.respond(ctx, m, subject, []byte("{}"))
+				return
+			}
+			buf := getBuffer()
+			*buf = append(append(append((*buf)[:0], resultPrefix...), r...), '}')
+			s.respond(ctx, m, subject, *buf)
+			putBuffer(buf)
+			return
+		}
+	}
 	var rep reply
 	if err != nil {
 		rep.Error = errs.As(err)
@@ -143,6 +234,12 @@ func (s *Server) serve(m *nats.Msg, subject string, fn func(context.Context, []b
 		handled.WithLabelValues(subject, "ok").Inc()
 	}
 	body, _ := json.Marshal(rep)
+	s.respond(ctx, m, subject, body)
+}
+
+// respond sends body as the reply to m, if m wants one. The connection
+// copies body before Respond returns.
+func (s *Server) respond(ctx context.Context, m *nats.Msg, subject string, body []byte) {
 	if m.Reply == "" {
 		return
 	}
@@ -158,6 +255,35 @@ func Call[Req, Resp any](ctx context.Context, nc *nats.Conn, subject string, req
 	ctx, span := tracer.Start(ctx, "call "+subject, trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(attribute.String("messaging.system", "nats"), attribute.String("messaging.destination.name", subject)))
 	defer span.End()
+	result, err := call(ctx, span, nc, subject, req)
+	if err != nil {
+		return zero, err
+	}
+	if len(result) > 0 {
+		if err := json.Unmarshal(result, &zero); err != nil {
+			return zero, errs.Internal("decoding the result of %s: %v", subject, err)
+		}
+	}
+	return zero, nil
+}
+
+// CallJSON is Call without decoding the result: it returns the result's
+// JSON as the handler's server sent it (nil when there is none), for a
+// caller that passes it on as it is. The bytes are the caller's own. A
+// refusal comes back as the *errs.Error the handler returned, as with Call.
+func CallJSON[Req any](ctx context.Context, nc *nats.Conn, subject string, req Req) (JSON, error) {
+	ctx, span := tracer.Start(ctx, "call "+subject, trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attribute.String("messaging.system", "nats"), attribute.String("messaging.destination.name", subject)))
+	defer span.End()
+	result, err := call(ctx, span, nc, subject, req)
+	if err != nil || len(result) == 0 {
+		return nil, err
+	}
+	return JSON(result), nil
+}
+
+// call sends req and returns the raw result of the reply.
+func call[Req any](ctx context.Context, span trace.Span, nc *nats.Conn, subject string, req Req) ([]byte, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, DefaultTimeout)
@@ -165,7 +291,7 @@ func Call[Req, Resp any](ctx context.Context, nc *nats.Conn, subject string, req
 	}
 	data, err := json.Marshal(req)
 	if err != nil {
-		return zero, errs.Internal("encoding %s request: %v", subject, err)
+		return nil, errs.Internal("encoding %s request: %v", subject, err)
 	}
 	msg := &nats.Msg{Subject: subject, Data: data, Header: nats.Header{}}
 	otel.GetTextMapPropagator().Inject(ctx, events.HeaderCarrier(msg.Header))
@@ -181,29 +307,39 @@ func Call[Req, Resp any](ctx context.Context, nc *nats.Conn, subject string, req
 		span.SetStatus(codes.Error, err.Error())
 		switch {
 		case errors.Is(err, nats.ErrNoResponders):
-			return zero, errs.Unavailable("no service answers %s", subject)
+			return nil, errs.Unavailable("no service answers %s", subject)
 		case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
-			return zero, errs.Unavailable("%s did not answer in time", subject)
+			return nil, errs.Unavailable("%s did not answer in time", subject)
 		default:
-			return zero, errs.Unavailable("%s: %v", subject, err)
+			return nil, errs.Unavailable("%s: %v", subject, err)
 		}
+	}
+	if result, ok := resultOf(resp.Data); ok {
+		return result, nil
 	}
 	var rep reply
 	if err := json.Unmarshal(resp.Data, &rep); err != nil {
-		return zero, errs.Internal("%s answered with something that is not a reply: %v", subject, err)
+		return nil, errs.Internal("%s answered with something that is not a reply: %v", subject, err)
 	}
 	if rep.Error != nil {
 		if rep.Error.Kind == errs.KindInternal {
 			span.SetStatus(codes.Error, rep.Error.Message)
 		}
-		return zero, rep.Error
+		return nil, rep.Error
 	}
-	if len(rep.Result) > 0 {
-		if err := json.Unmarshal(rep.Result, &zero); err != nil {
-			return zero, errs.Internal("decoding the result of %s: %v", subject, err)
-		}
+	return rep.Result, nil
+}
+
+// resultOf takes the result out of a success as Server writes it,
+// `{"result":` + value + `}`, without scanning the value; anything else
+// (an error, an empty reply, other spacing) is left to the decoder. The
+// slice's capacity ends with the value, so appending to it copies.
+func resultOf(data []byte) ([]byte, bool) {
+	n := len(data)
+	if n <= len(resultPrefix)+1 || string(data[:len(resultPrefix)]) != resultPrefix || data[n-1] != '}' {
+		return nil, false
 	}
-	return zero, nil
+	return data[len(resultPrefix) : n-1 : n-1], true
 }
 
 // Decode parses JSON strictly into v, turning decoder complaints into

@@ -117,6 +117,11 @@ func Start(ctx context.Context, cfg Config, reg *events.Registry, o Options) (*R
 			nats.Name("anvil-" + cfg.Service),
 			nats.MaxReconnects(-1),
 			nats.ReconnectWait(time.Second),
+			// A server that was cut off is noticed within seconds, not
+			// after the default two minutes of pings, so the client moves
+			// to a reachable node of the cluster.
+			nats.PingInterval(5 * time.Second),
+			nats.MaxPingsOutstanding(2),
 			nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { rt.Log.Warn("NATS disconnected", "err", err) }),
 			nats.ReconnectHandler(func(c *nats.Conn) { rt.Log.Info("NATS reconnected", "url", c.ConnectedUrlRedacted()) }),
 		}
@@ -144,10 +149,20 @@ func Start(ctx context.Context, cfg Config, reg *events.Registry, o Options) (*R
 		return nil, err
 	}
 	rt.JS = js
-	if rt.Store, err = events.NewJetStreamStore(ctx, js, reg, events.StreamOptions{Replicas: cfg.StreamReplicas}); err != nil {
+	// A JetStream cluster that is still electing its meta leader (all
+	// services starting at once on a fresh cluster) answers stream
+	// requests with timeouts for a while: try again rather than exit.
+	err = retryStartup(ctx, rt.Log, "the event stream", func(ctx context.Context) (err error) {
+		rt.Store, err = events.NewJetStreamStore(ctx, js, reg, events.StreamOptions{Replicas: cfg.StreamReplicas})
+		return err
+	})
+	if err != nil {
 		return nil, err
 	}
-	if err := poison.EnsureStream(ctx, js, cfg.StreamReplicas); err != nil {
+	err = retryStartup(ctx, rt.Log, "the poison stream", func(ctx context.Context) error {
+		return poison.EnsureStream(ctx, js, cfg.StreamReplicas)
+	})
+	if err != nil {
 		return nil, err
 	}
 	rt.Poison = poison.New(js)
@@ -159,6 +174,28 @@ func Start(ctx context.Context, cfg Config, reg *events.Registry, o Options) (*R
 		rt.closers = append(rt.closers, srv.Shutdown)
 	}
 	return rt, nil
+}
+
+// startupAttempts bounds retryStartup: about a minute in all.
+const startupAttempts = 12
+
+// retryStartup runs fn until it succeeds, ctx ends, or it failed with
+// something other than a timeout or an unavailable JetStream.
+func retryStartup(ctx context.Context, log *slog.Logger, what string, fn func(context.Context) error) error {
+	for attempt := 1; ; attempt++ {
+		err := fn(ctx)
+		transient := errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+			errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, nats.ErrNoResponders)
+		if err == nil || !transient || attempt >= startupAttempts || ctx.Err() != nil {
+			return err
+		}
+		log.Warn("setting up "+what+" timed out; trying again", "attempt", attempt, "err", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Duration(attempt) * time.Second):
+		}
+	}
 }
 
 // OnClose registers fn to run at Close, in reverse order.

@@ -4,7 +4,12 @@ import (
 	"context"
 	"time"
 
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	agentapi "github.com/anvil-fleet/anvil/agent/api"
+	"github.com/anvil-fleet/anvil/libs/events"
 	"github.com/anvil-fleet/anvil/libs/events/errs"
 	"github.com/anvil-fleet/anvil/services/boot/domain/record"
 )
@@ -98,6 +103,7 @@ func (a *App) deliver(ctx context.Context, ag Agent, rec record.Record) ([]agent
 		}
 		out = append(out, agentapi.Instruction{ID: in.ID, Kind: agentapi.Kind(in.Kind), Revision: in.MachineRevisionID, IssuedAt: in.IssuedAt})
 		instructionEvents.WithLabelValues("delivered").Inc()
+		traceDelivery(ctx, ag, in)
 	}
 	return out, nil
 }
@@ -121,4 +127,20 @@ func (a *App) resolve(ctx context.Context, ag Agent, in record.Instruction) (str
 		return "", asUnavailable(err, "resolving the instruction's machine revision")
 	}
 	return r.MachineRevisionID, nil
+}
+
+var tracer = otel.Tracer("github.com/anvil-fleet/anvil/services/boot/app")
+
+// traceDelivery records the handing out of an instruction as a span of
+// the trace that asked for the reboot, linked to the agent's request.
+func traceDelivery(ctx context.Context, ag Agent, in record.Instruction) {
+	if len(in.Trace) == 0 {
+		return
+	}
+	parent := otel.GetTextMapPropagator().Extract(context.Background(), events.MapCarrier(in.Trace))
+	_, span := tracer.Start(parent, "deliver instruction", trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithLinks(trace.LinkFromContext(ctx)),
+		trace.WithAttributes(attribute.String("anvil.org", ag.Org), attribute.String("anvil.machine", ag.UUID),
+			attribute.String("anvil.instruction_id", in.ID), attribute.String("anvil.instruction_kind", in.Kind)))
+	span.End()
 }

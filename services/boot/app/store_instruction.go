@@ -4,6 +4,9 @@ import (
 	"context"
 	"time"
 
+	"go.opentelemetry.io/otel"
+
+	"github.com/anvil-fleet/anvil/libs/events"
 	"github.com/anvil-fleet/anvil/libs/events/errs"
 	"github.com/anvil-fleet/anvil/services/boot/api"
 	"github.com/anvil-fleet/anvil/services/boot/domain/ipxe"
@@ -29,6 +32,7 @@ func (a *App) StoreInstruction(ctx context.Context, eventOrg string, eventTime t
 	n := record.NewInstruction{
 		ID: p.InstructionID, Kind: p.Kind, Pool: p.Pool, Revision: p.Revision,
 		MachineRevisionID: p.MachineRevisionID, Reason: p.Reason, ExpiresAt: p.ExpiresAt,
+		Trace: traceOf(ctx),
 	}
 	f.Merge("", record.ValidateInstruction(n))
 	if err := f.Err(); err != nil {
@@ -81,4 +85,14 @@ func (a *App) WithdrawInstruction(ctx context.Context, eventOrg string, p api.In
 	instructionEvents.WithLabelValues("withdrawn").Inc()
 	a.Log.InfoContext(ctx, "instruction withdrawn", "org", p.Org, "uuid", p.UUID, "instruction", p.InstructionID, "reason", p.Reason)
 	return nil
+}
+
+// traceOf is ctx's W3C trace context as a map, to keep with a record.
+func traceOf(ctx context.Context) map[string]string {
+	m := events.MapCarrier{}
+	otel.GetTextMapPropagator().Inject(ctx, m)
+	if len(m) == 0 {
+		return nil
+	}
+	return map[string]string(m)
 }

@@ -164,6 +164,14 @@ func NewHandler(d Deps) http.Handler {
 		writeProblem(w, problemOf(errs.NotFound("no route %s %s", r.Method, r.URL.Path), r.URL.Path))
 	})
 	return otelhttp.NewHandler(mux, "gateway", otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
+		// Patterns carry their method ("PUT /api/v1/…") except the
+		// catch-all; the path itself would make the span names unbounded.
+		switch {
+		case strings.HasPrefix(r.Pattern, r.Method+" "):
+			return r.Pattern
+		case r.Pattern == "" || r.Pattern == "/":
+			return r.Method + " unmatched"
+		}
 		return r.Method + " " + r.Pattern
 	}))
 }
@@ -233,7 +241,10 @@ func (h *handler) encoder(rt route) httptransport.EncodeResponseFunc {
 		if raw, ok := resp.(rawJSON); ok {
 			w.Header().Set("Content-Length", strconv.Itoa(len(raw.body)+1))
 			w.WriteHeader(rt.Status)
-			_, err := w.Write(append(raw.body, '\n'))
+			if _, err := w.Write(raw.body); err != nil {
+				return err
+			}
+			_, err := w.Write(newline)
 			return err
 		}
 		w.WriteHeader(rt.Status)

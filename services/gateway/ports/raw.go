@@ -1,6 +1,7 @@
 package ports
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"strconv"
@@ -22,11 +23,16 @@ type rawJSON struct {
 func (r rawJSON) ETagVersion() uint64 { return r.version }
 
 // listMachinesRaw is ListMachines, answered with the registry's own bytes
-// (MachinePage has the same shape as the registry's page).
+// (MachinePage has the same shape as the registry's page), which the
+// registry makes from its read model's cached encodings: nothing on the
+// way decodes or encodes the page.
 func (h *handler) listMachinesRaw(ctx context.Context, req regapi.MachineList) (any, error) {
-	raw, err := command.Call[regapi.MachineList, json.RawMessage](ctx, h.NC, regapi.SubjectMachineList, req)
+	raw, err := command.CallJSON(ctx, h.NC, regapi.SubjectMachineList, req)
 	if err != nil {
 		return nil, err
+	}
+	if len(raw) == 0 {
+		return nil, errs.Internal("the registry answered %s with nothing", regapi.SubjectMachineList)
 	}
 	return rawJSON{body: raw}, nil
 }
@@ -34,14 +40,21 @@ func (h *handler) listMachinesRaw(ctx context.Context, req regapi.MachineList) (
 // getMachineRaw is GetMachine as a Machine: the registry's machine object
 // with its version added.
 func (h *handler) getMachineRaw(ctx context.Context, req regapi.MachineGet) (any, error) {
-	rep, err := command.Call[regapi.MachineGet, struct {
-		Machine json.RawMessage `json:"machine"`
-		Version uint64          `json:"version"`
-	}](ctx, h.NC, regapi.SubjectMachineGet, req)
+	raw, err := command.CallJSON(ctx, h.NC, regapi.SubjectMachineGet, req)
 	if err != nil {
 		return nil, err
 	}
-	m := rep.Machine
+	m, version, ok := splitMachineReply(raw)
+	if !ok { // framed otherwise: decode the envelope (not the machine)
+		var rep struct {
+			Machine json.RawMessage `json:"machine"`
+			Version uint64          `json:"version"`
+		}
+		if err := json.Unmarshal(raw, &rep); err != nil {
+			return nil, errs.Internal("the registry answered %s with something that is not a machine: %v", regapi.SubjectMachineGet, err)
+		}
+		m, version = rep.Machine, rep.Version
+	}
 	for len(m) > 0 && m[len(m)-1] != '}' { // trailing white space
 		m = m[:len(m)-1]
 	}
@@ -54,10 +67,33 @@ func (h *handler) getMachineRaw(ctx context.Context, req regapi.MachineGet) (any
 		body = append(body, ',')
 	}
 	body = append(body, `"version":`...)
-	body = strconv.AppendUint(body, rep.Version, 10)
+	body = strconv.AppendUint(body, version, 10)
 	body = append(body, '}')
-	return rawJSON{body: body, version: rep.Version}, nil
+	return rawJSON{body: body, version: version}, nil
 }
+
+// splitMachineReply takes a MachineReply apart as the registry encodes it,
+// {"machine":{…},"version":N}, without scanning the machine. A quote
+// inside a JSON string is escaped, so the last `,"version":` followed by
+// digits and the closing brace can only be the reply's own field.
+func splitMachineReply(raw []byte) (machine []byte, version uint64, ok bool) {
+	const head, tail = `{"machine":`, `,"version":`
+	if !bytes.HasPrefix(raw, []byte(head)) || len(raw) < len(head)+len(tail)+3 || raw[len(raw)-1] != '}' {
+		return nil, 0, false
+	}
+	i := bytes.LastIndex(raw, []byte(tail))
+	if i < len(head) {
+		return nil, 0, false
+	}
+	v, err := strconv.ParseUint(string(raw[i+len(tail):len(raw)-1]), 10, 64)
+	if err != nil {
+		return nil, 0, false
+	}
+	return raw[len(head):i], v, true
+}
+
+// newline ends every JSON answer, as json.Encoder does.
+var newline = []byte{'\n'}
 
 func isBlank(b []byte) bool {
 	for _, c := range b {

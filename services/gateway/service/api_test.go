@@ -38,6 +38,7 @@ const adminToken = "anvil_admin_test_bootstrap_token_0123456789"
 type stack struct {
 	t      testing.TB
 	base   string
+	boot   string // the boot service's URL
 	reg    *registry.Service
 	nc     *nats.Conn // the test's connection to the embedded server
 	env    *eventstest.Env
@@ -58,8 +59,14 @@ func freeAddr(t testing.TB) string {
 // stackOption changes what startStack runs.
 type stackOption int
 
-// withRollout also runs the real rollout service.
-const withRollout stackOption = 1
+const (
+	// withRollout also runs the real rollout service.
+	withRollout stackOption = iota + 1
+	// forKube runs the real rollout service with quick timings and a
+	// Kubernetes catalog that the harness's v1.37.1 API server allows
+	// (1.36.4, 1.37.1), and quick iPXE retries, for a simulated fleet.
+	forKube
+)
 
 func startStack(t testing.TB, opts ...stackOption) *stack {
 	t.Helper()
@@ -67,6 +74,15 @@ func startStack(t testing.TB, opts ...stackOption) *stack {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	t.Cleanup(func() { cancel(); wg.Wait() })
+	kube := slices.Contains(opts, forKube)
+	versions := ""
+	bootCfg := boot.Config{Config: svc.Config{Service: "boot"}, Listen: freeAddr(t)}
+	rolloutCfg := rollout.Config{Config: svc.Config{Service: "rollout"}}
+	if kube {
+		versions = "1.36.4,1.37.1"
+		bootCfg.RetryInitial, bootCfg.RetryMax = 200*time.Millisecond, time.Second
+		rolloutCfg.LeaseTTL, rolloutCfg.Poll, rolloutCfg.Replan = 3*time.Second, 500*time.Millisecond, 5*time.Second
+	}
 	ready := make(chan *registry.Service, 1)
 	wg.Add(2)
 	go func() {
@@ -76,7 +92,8 @@ func startStack(t testing.TB, opts ...stackOption) *stack {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		err := revisions.Run(ctx, revisions.Config{Config: svc.Config{Service: "revisions"}, EncryptionKeys: "k1:" + base64.StdEncoding.EncodeToString(make([]byte, 32))}, svc.Options{Conn: env.Conn})
+		err := revisions.Run(ctx, revisions.Config{Config: svc.Config{Service: "revisions"}, EncryptionKeys: "k1:" + base64.StdEncoding.EncodeToString(make([]byte, 32)),
+			KubernetesVersions: versions, BootURL: "http://" + bootCfg.Listen}, svc.Options{Conn: env.Conn})
 		if err != nil && ctx.Err() == nil {
 			t.Errorf("revisions: %v", err)
 		}
@@ -84,16 +101,16 @@ func startStack(t testing.TB, opts ...stackOption) *stack {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		err := boot.Run(ctx, boot.Config{Config: svc.Config{Service: "boot"}, Listen: freeAddr(t)}, svc.Options{Conn: env.Conn})
+		err := boot.Run(ctx, bootCfg, svc.Options{Conn: env.Conn})
 		if err != nil && ctx.Err() == nil {
 			t.Errorf("boot: %v", err)
 		}
 	}()
-	if slices.Contains(opts, withRollout) {
+	if slices.Contains(opts, withRollout) || kube {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			err := rollout.Run(ctx, rollout.Config{Config: svc.Config{Service: "rollout"}}, svc.Options{Conn: env.Conn})
+			err := rollout.Run(ctx, rolloutCfg, svc.Options{Conn: env.Conn})
 			if err != nil && ctx.Err() == nil {
 				t.Errorf("rollout: %v", err)
 			}
@@ -108,7 +125,7 @@ func startStack(t testing.TB, opts ...stackOption) *stack {
 			t.Errorf("gateway: %v", err)
 		}
 	}()
-	s := &stack{t: t, base: "http://" + addr, nc: env.Conn, env: env, seen: map[string]bool{}}
+	s := &stack{t: t, base: "http://" + addr, boot: "http://" + bootCfg.Listen, nc: env.Conn, env: env, seen: map[string]bool{}}
 	select {
 	case s.reg = <-ready:
 	case <-time.After(30 * time.Second):

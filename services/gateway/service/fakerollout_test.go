@@ -16,11 +16,10 @@ import (
 )
 
 // fakeRollout answers the rollout service's NATS subjects
-// (services/rollout/api) with canned data, so that the gateway's success
-// paths can be tested over real HTTP and real NATS before the rollout
-// service serves them.
-//
-// TODO: replace with the real rollout service once it lands.
+// (services/rollout/api) with canned data and counts the log polls, for
+// what the real rollout service cannot show: that the gateway stops
+// polling when a stream's client goes away. Everything else is tested
+// against the real rollout service (TestRolloutsWithFleet).
 type fakeRollout struct {
 	mu       sync.Mutex
 	rollouts map[string]*rolloutapi.Rollout
@@ -189,16 +188,6 @@ func (f *fakeRollout) appendLog(id string, e operation.Entry, final bool) {
 	}
 	close(f.changed)
 	f.changed = make(chan struct{})
-}
-
-func (f *fakeRollout) last(subject string) any {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	s := f.seen[subject]
-	if len(s) == 0 {
-		return nil
-	}
-	return s[len(s)-1]
 }
 
 func (f *fakeRollout) logPolls() int {

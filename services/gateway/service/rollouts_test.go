@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	rolloutapi "github.com/anvil-fleet/anvil/services/rollout/api"
 	"github.com/anvil-fleet/anvil/services/rollout/domain/operation"
 )
 
@@ -85,89 +84,8 @@ func TestRolloutRoutesWithoutService(t *testing.T) {
 	}
 }
 
-// Success paths against a canned rollout responder on real NATS.
-// TODO: replace with the real rollout service once it lands.
-func TestRolloutRoutes(t *testing.T) {
-	s := startStack(t)
-	tn := s.tenants()
-	fake := newFakeRollout(t, s.nc)
-	base := "/api/v1/orgs/acme"
-
-	var ro rolloutapi.Rollout
-	r := s.do("POST", base+"/rollouts", tn.operator, map[string]any{"pool": "workers", "revision": 2, "machine": strings.ToUpper(uuidN(1)), "after": "ro-1"},
-		map[string]string{"Idempotency-Key": "start-1"}, &ro)
-	if r.status != 201 || ro.ID != "ro-2" || r.header.Get("ETag") != `"41"` {
-		t.Fatalf("start: %d %s etag %s", r.status, r.body, r.header.Get("ETag"))
-	}
-	sent := fake.last(rolloutapi.SubjectStart).(rolloutapi.StartRequest)
-	if sent.Org != "acme" || sent.Machine != uuidN(1) || sent.After != "ro-1" || !strings.Contains(sent.RequestedBy, "(operator-bot)") {
-		t.Fatalf("start request: %+v", sent)
-	}
-	if r := s.do("POST", base+"/rollouts", tn.operator, map[string]any{"pool": "missing"}, nil, nil); r.status != 404 {
-		t.Fatalf("start on a missing pool: %d %s", r.status, r.body)
-	}
-
-	var list rolloutapi.RolloutList
-	if r := s.do("GET", base+"/rollouts?pool=workers&status=active&limit=10", tn.viewer, nil, nil, &list); r.status != 200 || len(list.Items) != 2 {
-		t.Fatalf("list: %d %s", r.status, r.body)
-	}
-	if q := fake.last(rolloutapi.SubjectList).(rolloutapi.ListRequest); q.Status != "active" || q.Limit != 10 || q.Pool != "workers" {
-		t.Fatalf("list request: %+v", q)
-	}
-	r = s.do("GET", base+"/rollouts/ro-1", tn.viewer, nil, nil, &ro)
-	if r.status != 200 || ro.Status != "running" || ro.Progress.Total != 3 || r.header.Get("ETag") != `"40"` {
-		t.Fatalf("get: %d %s", r.status, r.body)
-	}
-	etag := r.header.Get("ETag")
-	if r := s.do("GET", base+"/rollouts/ro-1?at=2026-11-02T09:00:00Z", tn.viewer, nil, nil, &ro); r.status != 200 || ro.Status != "pending" {
-		t.Fatalf("time travel: %d %s", r.status, r.body)
-	}
-	if q := fake.last(rolloutapi.SubjectGet).(rolloutapi.GetRequest); q.At != "2026-11-02T09:00:00Z" {
-		t.Fatalf("at not passed on: %+v", q)
-	}
-	if r := s.do("GET", base+"/rollouts/ro-9", tn.viewer, nil, nil, nil); r.status != 404 {
-		t.Fatalf("missing rollout: %d", r.status)
-	}
-
-	// controls: If-Match becomes expected_version; stale is 412, a state that forbids it 409
-	r = s.do("POST", base+"/rollouts/ro-1/pause", tn.operator, map[string]any{"reason": "lunch"}, map[string]string{"If-Match": etag}, &ro)
-	if r.status != 200 || ro.Status != "paused" || r.header.Get("ETag") != `"41"` {
-		t.Fatalf("pause: %d %s", r.status, r.body)
-	}
-	if c := fake.last(rolloutapi.SubjectPause).(rolloutapi.ControlRequest); c.ExpectedVersion != 40 || c.Reason != "lunch" || !strings.Contains(c.By, "operator-bot") {
-		t.Fatalf("pause request: %+v", c)
-	}
-	if r := s.do("POST", base+"/rollouts/ro-1/resume", tn.operator, nil, map[string]string{"If-Match": etag}, nil); r.status != 412 {
-		t.Fatalf("stale If-Match: %d %s", r.status, r.body)
-	}
-	if r := s.do("POST", base+"/rollouts/ro-1/retry", tn.operator, nil, nil, nil); r.status != 409 || !strings.Contains(r.problem().Detail, "paused") {
-		t.Fatalf("retry a paused rollout: %d %s", r.status, r.body)
-	}
-	if r := s.do("POST", base+"/rollouts/ro-1/resume", tn.operator, "  ", nil, nil); r.status != 200 {
-		t.Fatalf("resume with a blank body: %d %s", r.status, r.body)
-	}
-	if r := s.do("POST", base+"/rollouts/ro-1/abort", tn.admin, nil, nil, nil); r.status != 200 {
-		t.Fatalf("abort: %d %s", r.status, r.body)
-	}
-
-	// operations
-	var ops rolloutapi.OperationList
-	if r := s.do("GET", base+"/operations?kind=rollout", tn.viewer, nil, nil, &ops); r.status != 200 || len(ops.Items) != 2 {
-		t.Fatalf("operations: %d %s", r.status, r.body)
-	}
-	var op rolloutapi.Operation
-	if r := s.do("GET", base+"/operations/ro-1", tn.viewer, nil, nil, &op); r.status != 200 || op.Rollout == nil || op.LogLength != 2 || r.header.Get("ETag") == "" {
-		t.Fatalf("operation: %d %s", r.status, r.body)
-	}
-	var page rolloutapi.LogPage
-	if r := s.do("GET", base+"/operations/ro-1/log?after=1&limit=5", tn.viewer, nil, nil, &page); r.status != 200 || len(page.Entries) != 1 || page.Next != 2 || page.Final {
-		t.Fatalf("log page: %d %s", r.status, r.body)
-	}
-	if r := s.do("GET", base+"/operations/ro-9/log", tn.viewer, nil, map[string]string{"Accept": "text/event-stream"}, nil); r.status != 404 ||
-		r.header.Get("Content-Type") != "application/problem+json" {
-		t.Fatalf("stream of a missing operation: %d %s", r.status, r.body)
-	}
-}
+// The success paths of the rollout and operation routes run against the
+// real rollout service and a simulated fleet: TestRolloutsWithFleet.
 
 type sseEvent struct{ id, event, data string }
 
@@ -225,57 +143,32 @@ func next(t *testing.T, ch <-chan sseEvent) sseEvent {
 	return sseEvent{}
 }
 
-// The log's live Server-Sent Events stream, against the canned responder.
-// TODO: replace with the real rollout service once it lands.
-func TestOperationLogStream(t *testing.T) {
+// A stream whose client goes away stops the gateway's long polls of the
+// rollout service. This one needs a rollout service that counts the polls,
+// so it runs against a canned responder; the stream itself is tested
+// against the real rollout service in TestRolloutsWithFleet.
+func TestOperationLogStreamStopsPolling(t *testing.T) {
 	s := startStack(t)
 	tn := s.tenants()
 	fake := newFakeRollout(t, s.nc)
-	url := s.base + "/api/v1/orgs/acme/operations/ro-1/log"
-	ctx := t.Context()
-
-	ch, res := openStream(t, ctx, url, tn.viewer, nil)
+	ctx, cancel := context.WithCancel(t.Context())
+	ch, res := openStream(t, ctx, s.base+"/api/v1/orgs/acme/operations/ro-1/log", tn.viewer, nil)
 	if res.StatusCode != 200 || res.Header.Get("Content-Type") != "text/event-stream" {
 		t.Fatalf("stream: %d %s", res.StatusCode, res.Header)
 	}
 	for i, want := range []string{"0", "1"} {
-		if ev := next(t, ch); ev.id != want || ev.event != "" || !strings.Contains(ev.data, `"outcome"`) {
+		if ev := next(t, ch); ev.id != want || !strings.Contains(ev.data, `"outcome"`) {
 			t.Fatalf("event %d: %+v", i, ev)
 		}
 	}
 	if ev := next(t, ch); ev.event != "status" || !strings.Contains(ev.data, `"status":"running"`) {
 		t.Fatalf("status event: %+v", ev)
 	}
+	// live entries still come through the canned log
 	fake.appendLog("ro-1", operation.Entry{At: time.Now().UTC(), Node: "w1", Step: "drain", Outcome: operation.LogBegun}, false)
 	if ev := next(t, ch); ev.id != "2" || !strings.Contains(ev.data, `"drain"`) {
 		t.Fatalf("live event: %+v", ev)
 	}
-	fake.appendLog("ro-1", operation.Entry{At: time.Now().UTC(), Outcome: operation.LogDone}, true)
-	if ev := next(t, ch); ev.id != "3" || !strings.Contains(ev.data, `"done"`) {
-		t.Fatalf("last entry: %+v", ev)
-	}
-	if ev := next(t, ch); ev.event != "end" || !strings.Contains(ev.data, `"succeeded"`) {
-		t.Fatalf("end: %+v", ev)
-	}
-	if _, open := <-ch; open {
-		t.Fatal("the stream goes on after its end")
-	}
-
-	// Last-Event-ID resumes after the last event received
-	ch, _ = openStream(t, ctx, url, tn.viewer, map[string]string{"Last-Event-ID": "2"})
-	if ev := next(t, ch); ev.id != "3" || ev.event != "" {
-		t.Fatalf("resumed: %+v", ev)
-	}
-	if ev := next(t, ch); ev.event != "end" {
-		t.Fatalf("resumed end: %+v", ev)
-	}
-
-	// a client that goes away stops the long polls
-	sctx, cancel := context.WithCancel(ctx)
-	if r := s.do("POST", "/api/v1/orgs/acme/rollouts", tn.operator, map[string]any{"pool": "workers"}, nil, nil); r.status != 201 {
-		t.Fatalf("start: %d %s", r.status, r.body)
-	}
-	ch, _ = openStream(t, sctx, s.base+"/api/v1/orgs/acme/operations/ro-2/log", tn.viewer, nil)
 	time.Sleep(500 * time.Millisecond) // a few long polls
 	cancel()
 	for range ch {

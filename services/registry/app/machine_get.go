@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"encoding/json"
 
 	"github.com/anvil-fleet/anvil/libs/events"
 	"github.com/anvil-fleet/anvil/libs/events/errs"
@@ -50,4 +51,27 @@ func (a *App) GetMachine(ctx context.Context, r api.MachineGet) (api.MachineRepl
 		return api.MachineReply{}, errs.NotFound("machine %s did not exist at %s", uuid, r.At)
 	}
 	return api.MachineReply{Machine: api.Machine{Org: r.Org, State: s, CreatedAt: created.Time, UpdatedAt: updated.Time}, Version: version}, nil
+}
+
+// GetMachineJSON is GetMachine answered, for the machine as it is now,
+// with the read model's encoding (the same JSON, without encoding the
+// machine again), appended to dst (see command.HandleAppend); a machine as
+// it was is rebuilt and encoded as before.
+func (a *App) GetMachineJSON(ctx context.Context, r api.MachineGet, dst []byte) ([]byte, error) {
+	if r.At != "" {
+		rep, err := a.GetMachine(ctx, r)
+		if err != nil {
+			return dst, err
+		}
+		b, err := json.Marshal(rep)
+		if err != nil {
+			return dst, errs.Internal("encoding machine %s: %v", rep.Machine.UUID, err)
+		}
+		return append(dst, b...), nil
+	}
+	uuid, err := a.machineRef(r.Org, r.UUID)
+	if err != nil {
+		return dst, err
+	}
+	return a.Machines.Model().AppendGetJSON(dst, r.Org, uuid)
 }

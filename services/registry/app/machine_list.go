@@ -32,3 +32,17 @@ func (a *App) ListMachines(_ context.Context, r api.MachineList) (api.MachinePag
 func view(m readmodel.Machine) api.Machine {
 	return api.Machine{Org: m.Org, State: m.State, CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt, LastSeen: m.LastSeen}
 }
+
+// ListMachinesJSON is ListMachines answered with the read model's encoded
+// page (the same JSON, without encoding each machine again), appended to
+// dst (see command.HandleAppend).
+func (a *App) ListMachinesJSON(_ context.Context, r api.MachineList, dst []byte) ([]byte, error) {
+	var f errs.Fields
+	validOrg(&f, r.Org)
+	if err := f.Err(); err != nil {
+		return dst, err
+	}
+	return a.Machines.Model().AppendListJSON(dst, r.Org, readmodel.Filter{
+		Pool: r.Pool, Status: machine.Status(r.Status), Selector: r.Selector, Cursor: r.Cursor, Limit: r.Limit,
+	})
+}

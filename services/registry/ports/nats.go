@@ -40,8 +40,9 @@ func Register(srv *command.Server, a *app.App) error {
 		command.Handle(srv, api.SubjectHeartbeat, func(ctx context.Context, r api.Heartbeat) (struct{}, error) {
 			return struct{}{}, a.Heartbeat(ctx, r)
 		}),
-		command.Handle(srv, api.SubjectMachineGet, a.GetMachine),
-		command.Handle(srv, api.SubjectMachineList, a.ListMachines),
+		// the hot reads answer with the read model's pre-encoded JSON
+		command.HandleAppend(srv, api.SubjectMachineGet, a.GetMachineJSON),
+		command.HandleAppend(srv, api.SubjectMachineList, a.ListMachinesJSON),
 		command.Handle(srv, api.SubjectOrgCreate, a.CreateOrg),
 		command.Handle(srv, api.SubjectOrgRename, a.RenameOrg),
 		command.Handle(srv, api.SubjectOrgGet, a.GetOrg),

@@ -94,14 +94,25 @@ func (m *Model) List(org string, f Filter) (Page, error) {
 	}
 	m.mu.RLock()
 	defer m.mu.RUnlock()
+	found, next := m.find(org, &q)
+	page := Page{Items: make([]Machine, len(found)), Next: next}
+	for i, r := range found {
+		page.Items[i] = r.view(org)
+	}
+	return page, nil
+}
+
+// find returns the records of one page of q, and the cursor of the next
+// page (empty on the last). The caller holds the read lock.
+func (m *Model) find(org string, q *query) ([]*record, string) {
 	o := m.orgs[org]
 	if o == nil {
-		return Page{}, nil
+		return nil, ""
 	}
 	// The source is a set of trees whose union holds every match (one
 	// tree, or one per value of "label in (a,b)"); every record taken from
 	// it is still checked against the whole filter.
-	trees := o.plan(&q)
+	trees := o.plan(q)
 	var found []*record
 	var horizon *key // everything up to here was examined in every tree; nil: all of it
 	budget := m.scanBudget
@@ -129,17 +140,13 @@ func (m *Model) List(org string, f Filter) (Page, error) {
 		}
 		found = found[:n]
 	}
-	page := Page{Items: make([]Machine, 0, min(len(found), q.limit))}
-	for _, r := range found[:min(len(found), q.limit)] {
-		page.Items = append(page.Items, r.view(org))
-	}
 	switch {
 	case len(found) > q.limit:
-		page.Next = encodeCursor(found[q.limit-1].key, q.fp)
+		return found[:q.limit], encodeCursor(found[q.limit-1].key, q.fp)
 	case horizon != nil:
-		page.Next = encodeCursor(*horizon, q.fp)
+		return found, encodeCursor(*horizon, q.fp)
 	}
-	return page, nil
+	return found, ""
 }
 
 // plan picks the smallest candidate set among the organization's machines,

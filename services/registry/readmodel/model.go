@@ -13,6 +13,7 @@ import (
 	"encoding/hex"
 	"maps"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/anvil-fleet/anvil/libs/events/errs"
@@ -71,6 +72,9 @@ type record struct {
 	updated  time.Time
 	lastSeen time.Time
 	version  uint64 // stream sequence of the machine's last event
+	// enc is the machine's JSON without last_seen (see encoded.go): nil
+	// until it is read, and again after each change.
+	enc atomic.Pointer[[]byte]
 }
 
 // Clone returns a deep copy that the caller may modify.
@@ -252,6 +256,7 @@ func (m *Model) Apply(seq uint64, org, machineUUID string, at time.Time, event a
 		return
 	}
 	r.updated, r.version = at, seq
+	r.invalidate()
 	m.strs.state(&r.state, event)
 	if after := secondaryOf(&r.state); !after.equal(before) {
 		o.unindex(r, before)

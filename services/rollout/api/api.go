@@ -48,7 +48,10 @@ const (
 	KindMaintenanceExit  = "maintenance_exit"
 	KindDeletion         = "deletion"
 	KindDeletionAbort    = "deletion_abort"
+	KindDeletionFinish   = "deletion_finish" // an unsafe deletion: only the node is removed
 	KindUnassign         = "unassign"
+	// KindMachine, as a list filter, selects every one-machine operation.
+	KindMachine = "machine"
 )
 
 // StartRequest starts a rollout by hand: one machine of a pool (Machine

@@ -33,7 +33,8 @@ func TestNotifierWakesEveryWaiterOnceAndOnlyItsKey(t *testing.T) {
 }
 
 func TestRolloutIDsAreDeterministicAndDistinct(t *testing.T) {
-	if RolloutIDFor("e1") != RolloutIDFor("e1") || RolloutIDFor("e1") == RolloutIDFor("e2") {
+	first, again := RolloutIDFor("e1"), RolloutIDFor("e1")
+	if first != again || first == RolloutIDFor("e2") {
 		t.Fatal("rollout ids must follow the event id")
 	}
 	if OperationIDFor("e1") == RolloutIDFor("e1") || OperationIDFor("e1")[:3] != "op-" {

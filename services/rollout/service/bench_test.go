@@ -3,6 +3,7 @@ package service_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -47,8 +48,10 @@ func BenchmarkRollout1000(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		start := time.Now()
 		rev := s.apply(org, pool, poolSpec(fmt.Sprint(i+2), strat))
-		r := s.waitRollout(org, pool, uint64(rev), 30*time.Minute, rollout.StatusSucceeded)
+		stop := s.progress(org, pool, uint64(rev))
+		r := s.waitRollout(org, pool, uint64(rev), 8*time.Minute, rollout.StatusSucceeded)
 		total := time.Since(start)
+		stop()
 		if r.Progress.Done != n {
 			b.Fatalf("progress %+v", r.Progress)
 		}
@@ -107,4 +110,26 @@ func (s *stack) baseline(b *testing.B, pool string, n, perMachine int) time.Dura
 	}
 	wg.Wait()
 	return time.Since(start)
+}
+
+// progress prints the rollout's progress to stderr every 5 s until stop
+// is called: a benchmark's own log shows only at its end.
+func (s *stack) progress(org, pool string, revision uint64) (stop func()) {
+	done := make(chan struct{})
+	start := time.Now()
+	go func() {
+		t := time.NewTicker(5 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				if r, ok := s.findRollout(org, pool, revision); ok {
+					fmt.Fprintf(os.Stderr, "%6.1fs %s %s: %s (in progress %d, failed %d)\n", time.Since(start).Seconds(), r.ID, r.Status, r.Progress, r.Progress.InProgress, r.Progress.Failed)
+				}
+			}
+		}
+	}()
+	return func() { close(done) }
 }

@@ -25,6 +25,7 @@ func TestRollouts(t *testing.T) {
 	t.Run("an agent that never reports, then retry", func(t *testing.T) { s.t = t; neverReports(s) })
 	t.Run("abort mid-way", func(t *testing.T) { s.t = t; abortMidway(s) })
 	t.Run("remediation of a machine that never rejoins", func(t *testing.T) { s.t = t; remediation(s) })
+	t.Run("a pool's rollout after another's", func(t *testing.T) { s.t = t; ordered(s) })
 	t.Run("maintenance and graceful delete", func(t *testing.T) { s.t = t; maintenanceAndDelete(s) })
 	t.Run("two replicas, one lease", func(t *testing.T) { s.t = t; twoReplicas(s) })
 	t.Run("twenty crashes of the rollout service", func(t *testing.T) { s.t = t; crashes(s) })
@@ -382,4 +383,49 @@ func remediation(s *stack) {
 		s.t.Fatalf("the remediation's reboot was a %q", rb[1].Kind)
 	}
 	s.registryAll(org, pool, "ready", uint64(rev))
+}
+
+// ordered: a rollout of one pool waits for another pool's rollout (after),
+// then runs; an unknown after is refused with the field named.
+func ordered(s *stack) {
+	org := "order"
+	tok := s.org(org)
+	s.cluster(org, "c1")
+	fleet := s.fleetFor(tok, func(c *sim.Config) { c.RebootTime = 500 * time.Millisecond })
+	s.machines(org, "first", fleet, 2)
+	s.machines(org, "second", fleet, 2)
+	s.createPool(org, "first", "c1", poolSpec("1", steady("1")))
+	s.createPool(org, "second", "c1", poolSpec("1", steady("1")))
+	// Save revision 2 of both without applying, then start them by hand.
+	for _, p := range []string{"first", "second"} {
+		if _, err := revapi.UpdatePool(s.ctx, s.nc, revapi.NewUpdatePoolRequest(org, p, poolSpec("2", steady("1")))); err != nil {
+			s.t.Fatal(err)
+		}
+	}
+	_, err := s.api.Start(s.ctx, api.StartRequest{Org: org, Pool: "second", After: "ro-nonexistent"})
+	if err == nil || !strings.Contains(err.Error(), "after") {
+		s.t.Fatalf("an unknown after: %v", err)
+	}
+	a, err := s.api.Start(s.ctx, api.StartRequest{Org: org, Pool: "first", ID: "ro-first-2"})
+	must(s.t, err)
+	b, err := s.api.Start(s.ctx, api.StartRequest{Org: org, Pool: "second", After: a.ID, ID: "ro-second-2"})
+	must(s.t, err)
+	if b.After != a.ID || b.Revision != 2 {
+		s.t.Fatalf("second rollout %+v", b.View)
+	}
+	s.eventually("both rollouts succeed", 3*time.Minute, func() (bool, string) {
+		ra, rb := s.get(org, a.ID), s.get(org, b.ID)
+		return ra.Status == rollout.StatusSucceeded && rb.Status == rollout.StatusSucceeded, fmt.Sprint(ra.Status, rb.Status)
+	})
+	ra, rb := s.get(org, a.ID), s.get(org, b.ID)
+	// The second began its checks only after the first finished.
+	var checksAt time.Time
+	for _, l := range s.log(org, rb.ID) {
+		if strings.Contains(l, "dependency: rollout "+a.ID+" succeeded") {
+			checksAt, _ = time.Parse(time.RFC3339, strings.Fields(l)[0])
+		}
+	}
+	if checksAt.IsZero() || checksAt.Before(ra.FinishedAt.Truncate(time.Second)) {
+		s.t.Fatalf("the second rollout went on at %s, the first finished at %s", checksAt, ra.FinishedAt)
+	}
 }

@@ -13,6 +13,7 @@ package record
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -57,6 +58,10 @@ type Instruction struct {
 	RebootSeenAt      time.Time             `json:"reboot_seen_at,omitzero"`
 	SettledAt         time.Time             `json:"settled_at,omitzero"`
 	UpdatedAt         time.Time             `json:"updated_at"`
+	// Trace is the W3C trace context of the request that asked for the
+	// reboot (from rollout.reboot_requested): its delivery to the agent is
+	// a span of that trace.
+	Trace map[string]string `json:"trace,omitempty"`
 }
 
 // Record is one machine's boot record.
@@ -221,6 +226,7 @@ type NewInstruction struct {
 	MachineRevisionID string
 	Reason            string
 	ExpiresAt         time.Time
+	Trace             map[string]string
 }
 
 // ValidateInstruction checks an instruction request.
@@ -284,6 +290,7 @@ func (r *Record) AddInstruction(n NewInstruction, issued time.Time, ttl time.Dur
 	r.Instructions = append(r.Instructions, Instruction{
 		ID: n.ID, Kind: n.Kind, Pool: n.Pool, Revision: n.Revision, MachineRevisionID: n.MachineRevisionID,
 		Reason: truncate(n.Reason), Status: api.StatusPending, IssuedAt: now, ExpiresAt: exp, UpdatedAt: now,
+		Trace: maps.Clone(n.Trace),
 	})
 	r.trim()
 	return true
