@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/anvil-fleet/anvil/demo/story"
+	"github.com/anvil-fleet/anvil/libs/events/eventstest"
 	"github.com/anvil-fleet/anvil/sim"
 )
 
@@ -35,35 +36,14 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// logBuffer keeps the services' logs, printed when a test fails.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf []byte
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.buf = append(b.buf, p...)
-	return len(p), nil
-}
-
-func (b *logBuffer) tail(n int) string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if len(b.buf) > n {
-		return string(b.buf[len(b.buf)-n:])
-	}
-	return string(b.buf)
-}
-
-// startEnv starts a Kubernetes control plane and the dev stack for t.
-func startEnv(t *testing.T) (*story.Env, *logBuffer) {
+// startEnv starts a Kubernetes control plane and the dev stack for t; it
+// returns the services' logs too, printed when a test fails.
+func startEnv(t *testing.T) (*story.Env, *eventstest.SyncBuffer) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("starts a Kubernetes control plane and the whole stack")
 	}
-	logs := &logBuffer{}
+	logs := &eventstest.SyncBuffer{}
 	logger := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -76,7 +56,7 @@ func startEnv(t *testing.T) (*story.Env, *logBuffer) {
 	}
 	t.Cleanup(func() {
 		if t.Failed() || os.Getenv("ANVIL_TEST_LOGS") != "" {
-			t.Logf("services' logs (last 20000 bytes):\n%s", logs.tail(20000))
+			t.Logf("services' logs (last 20000 bytes):\n%s", logs.Tail(20000))
 		}
 		if err := env.Stop(); err != nil {
 			t.Errorf("stopping: %v", err)
@@ -137,17 +117,7 @@ func must(t testing.TB, err error) {
 
 func eventually(t testing.TB, what string, d time.Duration, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s; last: %s", what, d, state)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	eventstest.Eventually(t, what, d, 100*time.Millisecond, cond)
 }
 
 func reboots(ms []*sim.Machine) map[string]int {

@@ -1,7 +1,6 @@
 package sim_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/anvil-fleet/anvil/devstack"
 	"github.com/anvil-fleet/anvil/libs/events"
+	"github.com/anvil-fleet/anvil/libs/events/eventstest"
 	"github.com/anvil-fleet/anvil/libs/kubeharness"
 	bootapi "github.com/anvil-fleet/anvil/services/boot/api"
 	regapi "github.com/anvil-fleet/anvil/services/registry/api"
@@ -27,24 +27,6 @@ import (
 	"github.com/anvil-fleet/anvil/services/registry/domain/token"
 	revapi "github.com/anvil-fleet/anvil/services/revisions/api"
 )
-
-// logBuffer collects logs; a failed test prints them.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // stack is the real control plane (devstack: embedded JetStream and all
 // five services) with an organization, an enrollment token, a cluster on
@@ -58,7 +40,7 @@ type stack struct {
 	bootURL string
 	enroll  string
 	cp      *kubeharness.ControlPlane
-	logs    *logBuffer
+	logs    *eventstest.SyncBuffer // collects logs; a failed test prints them
 	// patience bounds each eventually (default 2 minutes).
 	patience time.Duration
 }
@@ -81,7 +63,7 @@ func freeAddr(t *testing.T) string {
 func startStack(t *testing.T) *stack {
 	t.Helper()
 	cp := kubeharness.Start(t)
-	logs := &logBuffer{}
+	logs := &eventstest.SyncBuffer{}
 	t.Cleanup(func() {
 		if t.Failed() || os.Getenv("SIM_TEST_LOGS") != "" {
 			t.Logf("logs (last 30000 bytes):\n%s", tail(logs.String(), 30000))

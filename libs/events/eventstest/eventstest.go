@@ -1,5 +1,9 @@
 // Package eventstest starts a real embedded JetStream for tests of any
-// service: a fresh server in a temporary directory, stopped at cleanup.
+// service: a fresh server in a temporary directory, stopped at cleanup. It
+// also holds the generic pieces the services' test harnesses share: a
+// log buffer safe for concurrent writes (SyncBuffer), a service runner
+// that waits for readiness and stops at cleanup (RunService), a polling
+// wait (Eventually) and a worker pool for benchmarks (Parallel).
 package eventstest
 
 import (

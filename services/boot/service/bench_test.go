@@ -6,12 +6,11 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/anvil-fleet/anvil/libs/events/errs"
+	"github.com/anvil-fleet/anvil/libs/events/eventstest"
 	"github.com/anvil-fleet/anvil/libs/events/svc"
 	"github.com/anvil-fleet/anvil/services/boot/app"
 	"github.com/anvil-fleet/anvil/services/boot/service"
@@ -21,34 +20,6 @@ import (
 	"github.com/anvil-fleet/anvil/services/revisions/domain/render"
 	"github.com/anvil-fleet/anvil/services/revisions/domain/secret"
 )
-
-// parallel runs fn(i) for i in [0,n) on workers goroutines and returns the
-// wall time and the first error.
-func parallel(n, workers int, fn func(i int) error) (time.Duration, error) {
-	var next atomic.Int64
-	var first atomic.Value
-	var wg sync.WaitGroup
-	start := time.Now()
-	for range workers {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= n {
-					return
-				}
-				if err := fn(i); err != nil {
-					first.CompareAndSwap(nil, err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if err, _ := first.Load().(error); err != nil {
-		return 0, err
-	}
-	return time.Since(start), nil
-}
 
 // renderPerRequest is the baseline: it renders Butane to Ignition on every
 // request, as matchbox does, with the same pool revision, join material and
@@ -146,7 +117,7 @@ func bootStorm(b *testing.B, prepare bool) {
 	b.ResetTimer()
 	for range b.N {
 		// 1. first power-on
-		register, err := parallel(n, workers, func(i int) error {
+		register, err := eventstest.Parallel(n, workers, func(i int) error {
 			chain, err := get(s.url + "/boot.ipxe?token=" + enroll)
 			if err != nil {
 				return err
@@ -167,7 +138,7 @@ func bootStorm(b *testing.B, prepare bool) {
 		// 2. setup: the rollout's part, not timed
 		b.StopTimer()
 		setupStart := time.Now()
-		assign, err := parallel(n, 64, func(i int) error {
+		assign, err := eventstest.Parallel(n, 64, func(i int) error {
 			for _, c := range []machine.Command{machine.AssignToPool{Pool: "workers"}, machine.SetTargetRevision{Revision: 1}} {
 				for attempt := 0; ; attempt++ {
 					_, err := s.reg.Machine(s.ctx, "acme", benchUUID(i), c, 0)
@@ -206,7 +177,7 @@ func bootStorm(b *testing.B, prepare bool) {
 		// own hostname, so its own machine revision: one render each)
 		bootScripts := func() (time.Duration, []string, error) {
 			urls := make([]string, n)
-			d, err := parallel(n, workers, func(i int) error {
+			d, err := eventstest.Parallel(n, workers, func(i int) error {
 				script, err := get(s.url + "/ipxe?uuid=" + benchUUID(i) + "&mac=" + macN(i) + "&token=" + enroll)
 				if err != nil {
 					return err
@@ -221,7 +192,7 @@ func bootStorm(b *testing.B, prepare bool) {
 			return d, urls, err
 		}
 		fetchIgnition := func(urls []string, from, to string) (time.Duration, error) {
-			return parallel(n, workers, func(i int) error {
+			return eventstest.Parallel(n, workers, func(i int) error {
 				cfg, err := get(strings.Replace(urls[i], from, to, 1))
 				if err == nil && !strings.Contains(cfg, "ac1_acme_mr-") {
 					err = fmt.Errorf("machine %d: no credential in its config", i)

@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -46,24 +45,6 @@ var (
 	kubeconfig    = "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: 'https://api.example:6443'}\nusers:\n- name: drain\n  user: {token: kubeconfig-secret-1}\n"
 )
 
-// syncBuffer collects a service's logs.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // clock is the boot service's clock, which a test can move forward.
 type clock struct{ offset atomic.Int64 }
 
@@ -83,7 +64,7 @@ type stack struct {
 	url   string // http://127.0.0.1:PORT
 	ctx   context.Context
 	clock *clock
-	logs  *syncBuffer // every service's logs
+	logs  *eventstest.SyncBuffer // every service's logs
 
 	stopRegistry, stopRevisions, stopBoot func()
 }
@@ -102,7 +83,7 @@ func newStack(t testing.TB, opts ...func(*stackOptions)) *stack {
 		f(&o)
 	}
 	env := eventstest.Start(t, service.NewRegistry())
-	s := &stack{t: t, env: env, ctx: events.WithActor(context.Background(), testActor), clock: &clock{}, logs: &syncBuffer{}}
+	s := &stack{t: t, env: env, ctx: events.WithActor(context.Background(), testActor), clock: &clock{}, logs: &eventstest.SyncBuffer{}}
 	s.nc = s.conn()
 	s.reg = regapi.Client{NC: s.nc}
 	logger := func(name string) *slog.Logger {
@@ -162,44 +143,13 @@ func (s *stack) startRevisions(log *slog.Logger) func() {
 // its stop function (also run at cleanup).
 func (s *stack) run(name string, fn func(context.Context) error, ready func()) func() {
 	s.t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- fn(ctx) }()
-	waited := make(chan struct{})
-	go func() { ready(); close(waited) }()
-	select {
-	case <-waited:
-	case err := <-done:
-		s.t.Fatalf("%s stopped at start: %v\n%s", name, err, s.logs.String())
-	case <-time.After(60 * time.Second):
-		s.t.Fatalf("%s did not start", name)
-	}
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					s.t.Errorf("%s: %v", name, err)
-				}
-			case <-time.After(30 * time.Second):
-				s.t.Errorf("%s did not stop", name)
-			}
-		})
-	}
-	s.t.Cleanup(stop)
-	return stop
+	return eventstest.RunService(s.t, name, fn, ready,
+		eventstest.RunOptions{StartTimeout: 60 * time.Second, StopTimeout: 30 * time.Second, Logs: s.logs})
 }
 
 func (s *stack) conn() *nats.Conn {
 	s.t.Helper()
-	nc, err := s.env.Server.Connect()
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	s.t.Cleanup(nc.Close)
-	return nc
+	return s.env.Connect(s.t)
 }
 
 // org creates an organization and returns an enrollment token.
@@ -297,19 +247,7 @@ func (s *stack) machine(org, uuid string) (regapi.Machine, error) {
 // eventually polls cond until it holds or the deadline passes.
 func (s *stack) eventually(what string, d time.Duration, cond func() (bool, string)) {
 	s.t.Helper()
-	deadline := time.Now().Add(d)
-	last := ""
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		last = state
-		if time.Now().After(deadline) {
-			s.t.Fatalf("%s: not within %s; last state: %s", what, d, last)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
+	eventstest.Eventually(s.t, what, d, 25*time.Millisecond, cond)
 }
 
 // ---- HTTP as firmware and Ignition do it ----

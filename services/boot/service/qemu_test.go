@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anvil-fleet/anvil/libs/events/eventstest"
 	"github.com/anvil-fleet/anvil/services/boot/service"
 	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
 )
@@ -60,7 +61,7 @@ func TestRealFirmware(t *testing.T) {
 	)
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGKILL) }
 	cmd.WaitDelay = 5 * time.Second
-	out := &syncBuffer{}
+	out := &eventstest.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/anvil-fleet/anvil/agent"
 	"github.com/anvil-fleet/anvil/libs/events"
+	"github.com/anvil-fleet/anvil/libs/events/eventstest"
 	"github.com/anvil-fleet/anvil/services/boot/api"
 	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
 )
@@ -23,7 +24,7 @@ import (
 type runningAgent struct {
 	cancel context.CancelFunc
 	done   chan error
-	logs   *syncBuffer
+	logs   *eventstest.SyncBuffer
 	once   sync.Once
 }
 
@@ -49,7 +50,7 @@ func (s *stack) startAgent(uuid string, ign served, stateFile, bootID string, re
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	logs := &syncBuffer{}
+	logs := &eventstest.SyncBuffer{}
 	cfg := agent.Config{
 		Root: root, StateFile: stateFile, BootID: bootID,
 		HeartbeatInterval: 300 * time.Millisecond, ReportInterval: time.Second, PollWait: 2 * time.Second,

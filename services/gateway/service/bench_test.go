@@ -10,8 +10,6 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,6 +17,7 @@ import (
 
 	"github.com/anvil-fleet/anvil/libs/events"
 	"github.com/anvil-fleet/anvil/libs/events/command"
+	"github.com/anvil-fleet/anvil/libs/events/eventstest"
 	regapi "github.com/anvil-fleet/anvil/services/registry/api"
 	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
 )
@@ -99,43 +98,25 @@ func drive(b *testing.B, base, tok string, urls []string, workers, total int) ([
 	client := &http.Client{Transport: &http.Transport{MaxIdleConns: workers, MaxIdleConnsPerHost: workers}}
 	defer client.CloseIdleConnections()
 	lat := make([]time.Duration, total)
-	var next atomic.Int64
-	var failed atomic.Value
-	var wg sync.WaitGroup
-	start := time.Now()
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= total {
-					return
-				}
-				req, _ := http.NewRequest("GET", base+urls[i%len(urls)], nil)
-				req.Header.Set("Authorization", "Bearer "+tok)
-				t0 := time.Now()
-				res, err := client.Do(req)
-				if err == nil {
-					_, err = io.Copy(io.Discard, res.Body)
-					res.Body.Close()
-					if err == nil && res.StatusCode != 200 {
-						err = fmt.Errorf("%s: %d", urls[i%len(urls)], res.StatusCode)
-					}
-				}
-				lat[i] = time.Since(t0)
-				if err != nil {
-					failed.CompareAndSwap(nil, err)
-					return
-				}
+	wall, err := eventstest.Parallel(total, workers, func(i int) error {
+		req, _ := http.NewRequest("GET", base+urls[i%len(urls)], nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		t0 := time.Now()
+		res, err := client.Do(req)
+		if err == nil {
+			_, err = io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+			if err == nil && res.StatusCode != 200 {
+				err = fmt.Errorf("%s: %d", urls[i%len(urls)], res.StatusCode)
 			}
-		}()
-	}
-	wg.Wait()
-	if err, _ := failed.Load().(error); err != nil {
+		}
+		lat[i] = time.Since(t0)
+		return err
+	})
+	if err != nil {
 		b.Fatal(err)
 	}
-	return lat, time.Since(start)
+	return lat, wall
 }
 
 func pct(lat []time.Duration, p int) float64 {
@@ -240,32 +221,14 @@ func BenchmarkMachineReads(b *testing.B) {
 // parallelCalls runs fn total times on workers goroutines.
 func parallelCalls(b *testing.B, workers, total int, fn func() error) ([]time.Duration, time.Duration) {
 	lat := make([]time.Duration, total)
-	var next atomic.Int64
-	var failed atomic.Value
-	var wg sync.WaitGroup
-	start := time.Now()
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= total {
-					return
-				}
-				t0 := time.Now()
-				err := fn()
-				lat[i] = time.Since(t0)
-				if err != nil {
-					failed.CompareAndSwap(nil, err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if err, _ := failed.Load().(error); err != nil {
+	wall, err := eventstest.Parallel(total, workers, func(i int) error {
+		t0 := time.Now()
+		err := fn()
+		lat[i] = time.Since(t0)
+		return err
+	})
+	if err != nil {
 		b.Fatal(err)
 	}
-	return lat, time.Since(start)
+	return lat, wall
 }

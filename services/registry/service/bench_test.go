@@ -4,44 +4,13 @@ import (
 	"context"
 	"fmt"
 	"sort"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/anvil-fleet/anvil/libs/events/eventstest"
 	"github.com/anvil-fleet/anvil/services/registry/api"
 	"github.com/anvil-fleet/anvil/services/registry/service"
 )
-
-// parallel runs fn(i) for i in [0,n) on workers goroutines and returns the
-// wall time.
-func parallel(n, workers int, fn func(i int) error) (time.Duration, error) {
-	var next atomic.Int64
-	var firstErr atomic.Value
-	var wg sync.WaitGroup
-	start := time.Now()
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= n {
-					return
-				}
-				if err := fn(i); err != nil {
-					firstErr.CompareAndSwap(nil, err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if err, _ := firstErr.Load().(error); err != nil {
-		return 0, err
-	}
-	return time.Since(start), nil
-}
 
 // BenchmarkRegister100k registers 100,000 machines through the command path
 // (NATS request, token check, decide, optimistic append) with 64 concurrent
@@ -59,14 +28,14 @@ func BenchmarkRegister100k(b *testing.B) {
 	ctx := context.Background()
 	b.ResetTimer()
 	for iter := range b.N {
-		raw, err := parallel(n, workers, func(i int) error {
+		raw, err := eventstest.Parallel(n, workers, func(i int) error {
 			_, err := f.env.JS.Publish(ctx, fmt.Sprintf("events.bench.raw.r%d-%d", iter, i), []byte(`{"uuid":"4c4c4544-0035-4b10-8056-000000000001","mac":"aa:bb:cc:dd:ee:ff","enrollment_token_id":"abcdefghijklmnop"}`))
 			return err
 		})
 		if err != nil {
 			b.Fatal(err)
 		}
-		reg, err := parallel(n, workers, func(i int) error {
+		reg, err := eventstest.Parallel(n, workers, func(i int) error {
 			_, err := f.c.SelfRegister(ctx, api.SelfRegister{EnrollmentToken: enroll, UUID: fmt.Sprintf("%08x-0000-4000-8000-%012x", iter, i+1), MAC: "aa:bb:cc:dd:ee:ff"})
 			return err
 		})

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -39,24 +38,6 @@ var (
 	testActor       = "token:t1 (ops)"
 )
 
-// syncBuffer collects the service's log lines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // harness is one embedded JetStream with the revisions service running on
 // it, and a client connection that talks to it only through NATS.
 type harness struct {
@@ -65,7 +46,7 @@ type harness struct {
 	nc   *nats.Conn
 	ctx  context.Context // carries the actor
 	cfg  service.Config
-	logs *syncBuffer
+	logs *eventstest.SyncBuffer
 
 	cancel context.CancelFunc
 	done   chan error
@@ -83,12 +64,8 @@ func newHarness(t testing.TB, mod ...func(*service.Config)) *harness {
 	for _, m := range mod {
 		m(&cfg)
 	}
-	nc, err := env.Server.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	h := &harness{t: t, env: env, nc: nc, cfg: cfg, logs: &syncBuffer{},
+	nc := env.Connect(t)
+	h := &harness{t: t, env: env, nc: nc, cfg: cfg, logs: &eventstest.SyncBuffer{},
 		ctx: events.WithActor(context.Background(), testActor)}
 	h.start()
 	t.Cleanup(h.stop)

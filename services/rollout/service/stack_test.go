@@ -44,30 +44,15 @@ var (
 	testActor     = "token:t1 (test)"
 )
 
-// syncBuffer collects the services' logs.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // stack is the real control plane of a rollout: an embedded JetStream with
 // the registry, revisions, boot and rollout services on it (each with its
 // own connection, talking only over NATS), a real kube-apiserver with kwok
 // from the harness, and a simulated fleet running the real agent.
 type stack struct {
-	t    testing.TB
+	t testing.TB
+	// root is the top-level test: the services and their connections
+	// live as long as it, whichever scenario (sub)test restarts them.
+	root testing.TB
 	env  *eventstest.Env
 	nc   *nats.Conn
 	ctx  context.Context
@@ -76,7 +61,7 @@ type stack struct {
 	regs *regservice.Service
 	api  api.Client
 	url  string
-	logs *syncBuffer
+	logs *eventstest.SyncBuffer
 
 	mu         sync.Mutex
 	appliedAt  map[string]time.Time // pool: when the last apply was asked for
@@ -92,7 +77,7 @@ func newStack(t testing.TB) *stack {
 	}
 	cp := kubeharness.Start(t)
 	env := eventstest.Start(t, service.NewRegistry())
-	s := &stack{t: t, env: env, cp: cp, ctx: events.WithActor(context.Background(), testActor), logs: &syncBuffer{},
+	s := &stack{t: t, root: t, env: env, cp: cp, ctx: events.WithActor(context.Background(), testActor), logs: &eventstest.SyncBuffer{},
 		appliedAt: map[string]time.Time{}}
 	s.nc = s.conn()
 	s.reg = regapi.Client{NC: s.nc}
@@ -179,34 +164,8 @@ func (s *stack) killRollout() {
 // its stop function (also run at cleanup).
 func (s *stack) run(name string, fn func(context.Context) error, ready func()) func() {
 	s.t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- fn(ctx) }()
-	waited := make(chan struct{})
-	go func() { ready(); close(waited) }()
-	select {
-	case <-waited:
-	case err := <-done:
-		s.t.Fatalf("%s stopped at start: %v\n%s", name, err, s.logs.String())
-	case <-time.After(90 * time.Second):
-		s.t.Fatalf("%s did not start", name)
-	}
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					s.t.Errorf("%s: %v", name, err)
-				}
-			case <-time.After(60 * time.Second):
-				s.t.Errorf("%s did not stop", name)
-			}
-		})
-	}
-	s.t.Cleanup(stop)
-	return stop
+	return eventstest.RunService(s.root, name, fn, ready,
+		eventstest.RunOptions{StartTimeout: 90 * time.Second, StopTimeout: 60 * time.Second, Logs: s.logs})
 }
 
 func (s *stack) current() *service.Service {
@@ -217,30 +176,13 @@ func (s *stack) current() *service.Service {
 
 func (s *stack) conn() *nats.Conn {
 	s.t.Helper()
-	nc, err := s.env.Server.Connect()
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	s.t.Cleanup(nc.Close)
-	return nc
+	return s.env.Connect(s.root)
 }
 
 // eventually polls cond until it holds or the deadline passes.
 func (s *stack) eventually(what string, d time.Duration, cond func() (bool, string)) {
 	s.t.Helper()
-	deadline := time.Now().Add(d)
-	last := ""
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		last = state
-		if time.Now().After(deadline) {
-			s.t.Fatalf("%s: not within %s; last state: %s", what, d, last)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	eventstest.Eventually(s.t, what, d, 50*time.Millisecond, cond)
 }
 
 // org creates an organization and returns an enrollment token.

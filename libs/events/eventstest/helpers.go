@@ -1,0 +1,163 @@
+package eventstest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// Connect opens another connection to e's server for t, closed at t's
+// cleanup: a service under test gets its own, as it would in production.
+func (e *Env) Connect(t testing.TB) *nats.Conn {
+	t.Helper()
+	nc, err := e.Server.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// SyncBuffer is a bytes.Buffer that is safe for concurrent use: services'
+// loggers (or a subprocess) write to it from their own goroutines while a
+// test reads it. The zero value is ready to use.
+type SyncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+// Write appends p to the buffer.
+func (b *SyncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// String returns everything written so far.
+func (b *SyncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// Tail returns the last n bytes written (all of them if there are fewer).
+func (b *SyncBuffer) Tail(n int) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if p := b.buf.Bytes(); len(p) > n {
+		return string(p[len(p)-n:])
+	}
+	return b.buf.String()
+}
+
+// RunOptions are RunService's timeouts and what it prints when a service
+// fails to start.
+type RunOptions struct {
+	// StartTimeout bounds the wait for ready.
+	StartTimeout time.Duration
+	// StopTimeout bounds the wait for the service to return once its
+	// context is cancelled.
+	StopTimeout time.Duration
+	// Logs, if set, are printed when the service returns before it is
+	// ready.
+	Logs fmt.Stringer
+}
+
+// RunService starts a service for t: fn runs in its own goroutine with a
+// context that stop cancels, and RunService returns once ready has
+// returned (ready typically receives the service from its ready channel, or
+// polls until it answers). It fails t if fn returns first or ready does
+// not return within o.StartTimeout. stop cancels the context and waits up
+// to o.StopTimeout for fn to return, reporting its error; it runs once
+// however often it is called, and at t's cleanup.
+func RunService(t testing.TB, name string, fn func(context.Context) error, ready func(), o RunOptions) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- fn(ctx) }()
+	waited := make(chan struct{})
+	go func() { ready(); close(waited) }()
+	select {
+	case <-waited:
+	case err := <-done:
+		if o.Logs != nil {
+			t.Fatalf("%s stopped at start: %v\n%s", name, err, o.Logs.String())
+		}
+		t.Fatalf("%s stopped at start: %v", name, err)
+	case <-time.After(o.StartTimeout):
+		t.Fatalf("%s did not start", name)
+	}
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("%s: %v", name, err)
+				}
+			case <-time.After(o.StopTimeout):
+				t.Errorf("%s did not stop", name)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// Eventually calls cond every interval until it reports true, and fails t
+// once d has passed without, with what and the last state cond reported.
+// d is a deadline for waiting, not an assertion on how long anything takes.
+func Eventually(t testing.TB, what string, d, interval time.Duration, cond func() (ok bool, state string)) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	last := ""
+	for {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		last = state
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s; last state: %s", what, d, last)
+		}
+		time.Sleep(interval)
+	}
+}
+
+// Parallel calls fn(i) for every i in [0, n) on workers goroutines, each
+// taking the next i until none is left or its call fails. It returns the
+// wall time of the whole run, or the first error.
+func Parallel(n, workers int, fn func(i int) error) (time.Duration, error) {
+	var next atomic.Int64
+	var firstErr atomic.Value
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				if err := fn(i); err != nil {
+					firstErr.CompareAndSwap(nil, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err, _ := firstErr.Load().(error); err != nil {
+		return 0, err
+	}
+	return time.Since(start), nil
+}
