@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -94,6 +95,19 @@ func AtSeq(n uint64) Position { return Position{Seq: n} }
 func AtTime(t time.Time) Position { return Position{Time: t} }
 
 func (p Position) IsZero() bool { return p.Seq == 0 && p.Time.IsZero() }
+
+// ParseAt reads an "as of" position given by a user: a stream sequence or
+// an RFC 3339 time. A malformed one is a validation error on field "at".
+func ParseAt(at string) (Position, error) {
+	if n, err := strconv.ParseUint(at, 10, 64); err == nil && n > 0 {
+		return AtSeq(n), nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, at)
+	if err != nil {
+		return Position{}, errs.Invalid("at", "must be a stream sequence (a positive integer) or an RFC 3339 time, not %q", at)
+	}
+	return AtTime(t), nil
+}
 
 // ConflictError says that an append lost an optimistic-concurrency race.
 type ConflictError struct {

@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"strconv"
 	"time"
 
 	"github.com/anvil-fleet/anvil/libs/events"
@@ -113,18 +112,6 @@ func decideAndAppend[S any](ctx context.Context, store events.Store, ref events.
 		}
 		return evolve(state, evs), stored, events.Version(stored), nil
 	}
-}
-
-// ParseAt reads an "as of" position: a stream sequence or an RFC 3339 time.
-func ParseAt(at string) (events.Position, error) {
-	if n, err := strconv.ParseUint(at, 10, 64); err == nil && n > 0 {
-		return events.AtSeq(n), nil
-	}
-	t, err := time.Parse(time.RFC3339Nano, at)
-	if err != nil {
-		return events.Position{}, errs.Invalid("at", "must be a stream sequence (a positive integer) or an RFC 3339 time, not %q", at)
-	}
-	return events.AtTime(t), nil
 }
 
 // Registry is every payload type the registry reads.

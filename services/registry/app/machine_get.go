@@ -24,7 +24,7 @@ func (a *App) GetMachine(ctx context.Context, r api.MachineGet) (api.MachineRepl
 		}
 		return api.MachineReply{Machine: view(m), Version: m.Version}, nil
 	}
-	at, err := ParseAt(r.At)
+	at, err := events.ParseAt(r.At)
 	if err != nil {
 		return api.MachineReply{}, err
 	}

@@ -23,7 +23,7 @@ func (a *App) GetOrg(ctx context.Context, r api.OrgRef) (api.Org, error) {
 		}
 		return api.Org{ID: v.State.ID, DisplayName: v.State.DisplayName, Version: v.Version}, nil
 	}
-	at, err := ParseAt(r.At)
+	at, err := events.ParseAt(r.At)
 	if err != nil {
 		return api.Org{}, err
 	}

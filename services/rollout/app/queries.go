@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"strconv"
 	"time"
 
 	"github.com/anvil-fleet/anvil/libs/events"
@@ -26,7 +25,7 @@ func (a *App) GetRollout(ctx context.Context, org, id, at string, minVersion uin
 }
 
 func (a *App) rolloutAt(ctx context.Context, org, id, at string) (RolloutView, error) {
-	pos, err := ParseAt(at)
+	pos, err := events.ParseAt(at)
 	if err != nil {
 		return RolloutView{}, err
 	}
@@ -50,18 +49,6 @@ func (a *App) rolloutAt(ctx context.Context, org, id, at string) (RolloutView, e
 	st := out.View.State()
 	out.Cluster, out.Strategy, out.RequestedBy = st.Cluster, st.Strategy, st.RequestedBy
 	return out, nil
-}
-
-// ParseAt reads an "as of" position: a stream sequence or an RFC 3339 time.
-func ParseAt(at string) (events.Position, error) {
-	if n, err := strconv.ParseUint(at, 10, 64); err == nil && n > 0 {
-		return events.AtSeq(n), nil
-	}
-	t, err := time.Parse(time.RFC3339Nano, at)
-	if err != nil {
-		return events.Position{}, errs.Invalid("at", "must be a stream sequence (a positive integer) or an RFC 3339 time, not %q", at)
-	}
-	return events.AtTime(t), nil
 }
 
 // ListFilter narrows a list of rollouts.
