@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/anvil-fleet/anvil/libs/events"
 	"github.com/anvil-fleet/anvil/libs/events/eventstest"
@@ -478,13 +479,19 @@ func (s *stack) registryMachines(org, pool string) map[string]regapi.Machine {
 // setMinAvailable changes a PodDisruptionBudget and waits until the
 // disruption controller has computed it.
 func (s *stack) setMinAvailable(ns, name string, n int32) error {
-	b, err := s.cp.Client.PolicyV1().PodDisruptionBudgets(ns).Get(s.ctx, name, metav1.GetOptions{})
-	if err != nil {
+	// The disruption controller writes the budget's status meanwhile: a
+	// conflict is read again and retried.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		b, err := s.cp.Client.PolicyV1().PodDisruptionBudgets(ns).Get(s.ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		v := intstr.FromInt32(n)
+		b.Spec.MinAvailable = &v
+		_, err = s.cp.Client.PolicyV1().PodDisruptionBudgets(ns).Update(s.ctx, b, metav1.UpdateOptions{})
 		return err
-	}
-	v := intstr.FromInt32(n)
-	b.Spec.MinAvailable = &v
-	if _, err := s.cp.Client.PolicyV1().PodDisruptionBudgets(ns).Update(s.ctx, b, metav1.UpdateOptions{}); err != nil {
+	})
+	if err != nil {
 		return err
 	}
 	_, err = s.cp.WaitPDBComputed(s.ctx, ns, name)
