@@ -15,10 +15,44 @@ BENCH ?= .
 BENCHTIME ?= 1x
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: run demo test bench lint fmt tidy deps kube-bins qemu ipxe-artifact images
+.PHONY: run assets sysext demo test bench lint fmt tidy deps kube-bins node-bins testos chromium qemu ipxe-artifact images real-machine
 
-run: ## start the control plane on an embedded JetStream
-	$(GO) run ./devstack/cmd/anvil-dev
+# The dev stack's data, and the boot service's assets directory in it:
+# assets/ (the agent, make assets), sysext/ (Kubernetes sysexts), flatcar/.
+ANVIL_DATA_DIR ?= .anvil
+ASSETS_DIR := $(abspath $(ANVIL_DATA_DIR))/assets
+AGENT_ARCHES := amd64 arm64
+VERSION_TAG := $(shell tr -d ' \n' < VERSION)
+
+run: assets ## start the control plane on an embedded JetStream (serves the agent make assets built; set ANVIL_BOOT_PUBLIC_URL for real machines)
+	ANVIL_BOOT_ASSETS_DIR="$${ANVIL_BOOT_ASSETS_DIR:-$(ASSETS_DIR)}" $(GO) run ./devstack/cmd/anvil-dev
+
+# The agent for every architecture machines may have, static, stamped with
+# VERSION, into $(ASSETS_DIR)/assets/anvil-agent-linux-<arch>. A binary
+# that did not change is left alone (same mtime), so the boot service does
+# not hash it again.
+assets: ## build the agent (linux amd64 and arm64) into $(ANVIL_DATA_DIR)/assets/assets/, which the boot service serves
+	@mkdir -p "$(ASSETS_DIR)/assets"
+	@for arch in $(AGENT_ARCHES); do \
+		out="$(ASSETS_DIR)/assets/anvil-agent-linux-$$arch"; \
+		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -ldflags "-s -w -buildid= -X main.version=$(VERSION_TAG)" -o "$$out.tmp" ./agent/cmd/anvil-agent; \
+		if cmp -s "$$out.tmp" "$$out"; then rm -f "$$out.tmp"; else mv -f "$$out.tmp" "$$out"; echo "assets: built $$out ($(VERSION_TAG))"; fi; \
+	done
+
+# A real Kubernetes sysext (kubelet, kubeadm, kubectl and the CNI plugins,
+# laid out as Flatcar's sysext-bakery does), built from k8s.io/kubernetes
+# through the Go module proxy by tools/kubebins/node and cached there, then
+# put where the boot service serves it:
+# $(ASSETS_DIR)/sysext/kubernetes-v$(KUBERNETES_VERSION)-x86-64.raw. A cold
+# build of a version takes 10 to 35 minutes on 2 cores. Alternatively, set
+# ANVIL_BOOT_SYSEXT_MIRROR (docs/boot.md).
+KUBERNETES_VERSION ?= 1.37.1
+sysext: ## build the Kubernetes sysext of KUBERNETES_VERSION=x.y.z (default 1.37.1) into $(ANVIL_DATA_DIR)/assets/sysext/
+	@dir=$$(bash tools/kubebins/node/build.sh --kube-version v$(KUBERNETES_VERSION) --print-dir); \
+	name=kubernetes-v$(KUBERNETES_VERSION)-x86-64.raw; \
+	mkdir -p "$(ASSETS_DIR)/sysext"; \
+	if cmp -s "$$dir/sysext/$$name" "$(ASSETS_DIR)/sysext/$$name"; then echo "sysext: $(ASSETS_DIR)/sysext/$$name is up to date"; \
+	else cp "$$dir/sysext/$$name" "$(ASSETS_DIR)/sysext/.$$name.tmp" && mv -f "$(ASSETS_DIR)/sysext/.$$name.tmp" "$(ASSETS_DIR)/sysext/$$name" && echo "sysext: $(ASSETS_DIR)/sysext/$$name"; fi
 
 demo: kube-bins ## the seed story with live progress on a real control plane, then the stack stays up until Ctrl-C (DEMOFLAGS=-h lists its flags)
 	$(GO) run ./demo/cmd/anvil-demo $(DEMOFLAGS)
@@ -26,7 +60,25 @@ demo: kube-bins ## the seed story with live progress on a real control plane, th
 test: deps ## go test -race over every module
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TESTFLAGS) $(PKGS)
 
-deps: kube-bins qemu ## what the tests need beyond Go, installed or built once and cached
+deps: qemu chromium kube-bins node-bins testos ## what the tests need beyond Go, installed or built once and cached
+
+node-bins: kube-bins ## kubelet, kubeadm, kubectl, the Kubernetes sysext and the pause and workload images (tools/kubebins/node), built once into ~/.cache/anvil/kube-node
+	bash tools/kubebins/node/build.sh
+
+testos: ## the test OS images that stand in for Flatcar in the real-machine tests (tools/testos), built once into ~/.cache/anvil/testos
+	bash tools/testos/build.sh
+
+# Chromium for the console's browser test; installed only when missing,
+# which needs root, as on CI.
+chromium:
+	@if command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; then \
+		echo "chromium is installed"; \
+	elif [ "$$(id -u)" = 0 ]; then \
+		echo "installing chromium from Debian"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null; \
+	else \
+		echo "chromium is missing and this is not root: the console's browser test will say so and skip"; \
+	fi
 
 kube-bins: ## etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok, built once into ~/.cache/anvil
 	bash tools/kubebins/build.sh
@@ -44,6 +96,9 @@ qemu:
 	else \
 		echo "$(QEMU_PKGS) are missing and this is not root: the real-firmware tests will say so and skip"; \
 	fi
+
+real-machine: deps ## boot QEMU machines with real iPXE firmware, a real kernel, Ignition, the agent and kubelet against the dev stack, and roll them out (docs/real-machines.md)
+	ANVIL_TEST_CONSOLE=1 $(GO) test -count=1 -timeout 45m -v -run 'TestRealMachine|TestRealKubelet' ./e2e/
 
 URL ?= http://127.0.0.1:8081/boot.ipxe?token=REPLACE_WITH_ENROLLMENT_TOKEN
 ipxe-artifact: ## a bootable iPXE artifact with the chain URL built in: make ipxe-artifact URL=…

@@ -13,6 +13,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -39,6 +42,27 @@ type Config struct {
 	// generated on first start when empty and kept in the data directory.
 	EncryptionKeys string
 	Logger         *slog.Logger
+
+	// What machines are handed, read from the same variables as the
+	// anvil-boot binary and passed to both the boot and the revisions
+	// service (see docs/operations.md):
+	//
+	// PublicURL is the boot service's URL as machines reach it
+	// (ANVIL_BOOT_PUBLIC_URL); empty means http://<BootAddr>, which only a
+	// machine on this host can reach (PublicURLWarning says so).
+	PublicURL string
+	// AssetBaseURL is where Flatcar's PXE images are
+	// (ANVIL_BOOT_ASSET_BASE_URL); empty keeps the boot service's default.
+	AssetBaseURL string
+	// AssetsDir is the boot service's assets directory
+	// (ANVIL_BOOT_ASSETS_DIR): the agent binaries and Kubernetes sysexts
+	// machines fetch. Empty serves none, and no pool revision can be saved;
+	// `make run` builds the agent into $ANVIL_DATA_DIR/assets (make
+	// assets), and tests write the simulator's (simassets).
+	AssetsDir string
+	// SysextMirror is where a missing Kubernetes sysext is fetched from
+	// (ANVIL_BOOT_SYSEXT_MIRROR, a URL template with {version} and {arch}).
+	SysextMirror string
 
 	// KubernetesVersions seeds the revisions service's catalog on the first
 	// start (comma-separated x.y.z, ANVIL_KUBERNETES_VERSIONS); empty keeps
@@ -72,13 +96,67 @@ type Stack struct {
 	errs   []error
 }
 
-// Start brings up the embedded server and all services.
+// bootURL is the boot service's URL as handed to machines.
+func (c Config) bootURL() string {
+	if c.PublicURL != "" {
+		return strings.TrimSuffix(c.PublicURL, "/")
+	}
+	return "http://" + c.BootAddr
+}
+
+// bootConfig and revisionsConfig are the two services' settings that the
+// stack derives from its own.
+func (c Config) bootConfig(base svc.Config) boot.Config {
+	return boot.Config{Config: base, Listen: c.BootAddr, PublicURL: c.PublicURL, AssetBaseURL: c.AssetBaseURL,
+		AssetsDir: c.AssetsDir, SysextMirror: c.SysextMirror, RetryInitial: c.BootRetryInitial, RetryMax: c.BootRetryMax}
+}
+
+func (c Config) revisionsConfig(base svc.Config, keys string) revisions.Config {
+	return revisions.Config{Config: base, EncryptionKeys: keys, BootURL: c.bootURL(), KubernetesVersions: c.KubernetesVersions}
+}
+
+// PublicURLWarning returns one line to show when the URL handed to
+// machines names this host's loopback (or no address at all), which no
+// other machine can reach; "" otherwise.
+func (c Config) PublicURLWarning() string {
+	if c.BootAddr == "" {
+		c.BootAddr = "127.0.0.1:8081"
+	}
+	u, err := url.Parse(c.bootURL())
+	if err != nil {
+		return ""
+	}
+	host := u.Hostname()
+	ip, _ := netip.ParseAddr(host)
+	if host != "localhost" && !ip.IsLoopback() && !ip.IsUnspecified() {
+		return ""
+	}
+	port := u.Port()
+	if port == "" {
+		_, port, _ = net.SplitHostPort(c.BootAddr)
+	}
+	return fmt.Sprintf("machines cannot reach %s; set ANVIL_BOOT_PUBLIC_URL=http://<this host's address>:%s (the boot service's URL as machines reach it)", host, port)
+}
+
+// Start brings up the embedded server and all services. Settings that
+// would stop a service at start (a public URL that is not an absolute
+// http(s) URL, an assets directory that does not exist) are refused here
+// first, naming the setting.
 func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	if cfg.DataDir == "" {
 		cfg.DataDir = ".anvil"
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.BootAddr == "" {
+		cfg.BootAddr = "127.0.0.1:8081"
+	}
+	if cfg.GatewayAddr == "" {
+		cfg.GatewayAddr = "127.0.0.1:8080"
+	}
+	if err := cfg.bootConfig(svc.Config{Service: boot.Name}).Validate(); err != nil {
+		return nil, fmt.Errorf("boot: %w", err)
 	}
 	host, port := "", 0
 	if cfg.NATSAddr != "" {
@@ -103,6 +181,10 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	if err != nil {
 		srv.Shutdown()
 		return nil, err
+	}
+	if err := cfg.revisionsConfig(svc.Config{Service: revisions.Name}, keys).Validate(); err != nil {
+		srv.Shutdown()
+		return nil, fmt.Errorf("revisions: %w", err)
 	}
 	ctx, st.cancel = context.WithCancel(ctx)
 
@@ -132,8 +214,7 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 		}),
 		add(revisions.Name, func(c svc.Config, o svc.Options) runner {
 			return func(ctx context.Context) error {
-				return revisions.Run(ctx, revisions.Config{Config: c, EncryptionKeys: keys, BootURL: "http://" + cfg.BootAddr,
-					KubernetesVersions: cfg.KubernetesVersions}, o)
+				return revisions.Run(ctx, cfg.revisionsConfig(c, keys), o)
 			}
 		}),
 		add(rollout.Name, func(c svc.Config, o svc.Options) runner {
@@ -144,8 +225,7 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 		}),
 		add(boot.Name, func(c svc.Config, o svc.Options) runner {
 			return func(ctx context.Context) error {
-				return boot.Start(ctx, boot.Config{Config: c, Listen: cfg.BootAddr, RetryInitial: cfg.BootRetryInitial, RetryMax: cfg.BootRetryMax},
-					o, boot.Hooks{Ready: bootReady})
+				return boot.Start(ctx, cfg.bootConfig(c), o, boot.Hooks{Ready: bootReady})
 			}
 		}),
 		add(gateway.Name, func(c svc.Config, o svc.Options) runner {

@@ -23,6 +23,7 @@ import (
 	"github.com/anvil-fleet/anvil/demo/story"
 	"github.com/anvil-fleet/anvil/libs/events/natsserver"
 	"github.com/anvil-fleet/anvil/libs/kubeharness"
+	"github.com/anvil-fleet/anvil/services/boot/api/simassets"
 	"github.com/anvil-fleet/anvil/sim"
 )
 
@@ -91,6 +92,10 @@ func fleet1000(b *testing.B, n int) {
 	must(b, err)
 	boot, err := story.FreeAddr()
 	must(b, err)
+	// The fleet is simulated: the boot service serves the simulator's
+	// stand-in agent and sysexts.
+	assets, err := simassets.Dir(dir, story.KubernetesVersions)
+	must(b, err)
 	admin := "anvil_admin_bench_0123456789"
 	sum := sha256.Sum256([]byte(admin))
 	common := []string{"ANVIL_NATS_URL=" + ns.ClientURL(), "ANVIL_LOG_LEVEL=warn", "HOME=" + dir, "PATH=" + os.Getenv("PATH")}
@@ -103,7 +108,8 @@ func fleet1000(b *testing.B, n int) {
 			"ANVIL_BOOT_PUBLIC_URL=http://" + boot,
 			"ANVIL_REVISIONS_ENCRYPTION_KEYS=k1:" + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{7}, 32))}},
 		{"rollout", []string{"ANVIL_ROLLOUT_ADMIN_ADDR=", "ANVIL_ROLLOUT_POLL=500ms", "ANVIL_ROLLOUT_REPLAN=5s", "ANVIL_ROLLOUT_LEASE_TTL=10s"}},
-		{"boot", []string{"ANVIL_BOOT_ADDR=" + boot, "ANVIL_BOOT_IPXE_RETRY_INITIAL=200ms", "ANVIL_BOOT_IPXE_RETRY_MAX=2s"}},
+		{"boot", []string{"ANVIL_BOOT_ADDR=" + boot, "ANVIL_BOOT_IPXE_RETRY_INITIAL=200ms", "ANVIL_BOOT_IPXE_RETRY_MAX=2s",
+			"ANVIL_BOOT_ASSETS_DIR=" + assets}},
 		{"gateway", []string{"ANVIL_GATEWAY_ADDR=" + gw, "ANVIL_ADMIN_TOKEN_HASH=" + hex.EncodeToString(sum[:])}},
 	}
 	var procs []*proc

@@ -4,8 +4,10 @@ go 1.26.0
 
 require (
 	github.com/anvil-fleet/anvil/demo v0.0.0
+	github.com/anvil-fleet/anvil/devstack v0.0.0
 	github.com/anvil-fleet/anvil/libs/events v0.0.0
 	github.com/anvil-fleet/anvil/libs/kubeharness v0.0.0
+	github.com/anvil-fleet/anvil/services/boot v0.0.0
 	github.com/anvil-fleet/anvil/services/registry v0.0.0
 	github.com/anvil-fleet/anvil/services/rollout v0.0.0
 	github.com/anvil-fleet/anvil/sim v0.0.0
@@ -23,8 +25,7 @@ require (
 	github.com/ThreeDotsLabs/watermill v1.5.1 // indirect
 	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect
 	github.com/anvil-fleet/anvil/agent v0.0.0 // indirect
-	github.com/anvil-fleet/anvil/devstack v0.0.0 // indirect
-	github.com/anvil-fleet/anvil/services/boot v0.0.0 // indirect
+	github.com/anvil-fleet/anvil/libs/fields v0.0.0 // indirect
 	github.com/anvil-fleet/anvil/services/gateway v0.0.0 // indirect
 	github.com/anvil-fleet/anvil/services/revisions v0.0.0 // indirect
 	github.com/aws/aws-sdk-go-v2 v1.43.4 // indirect
@@ -152,3 +153,9 @@ replace (
 	github.com/anvil-fleet/anvil/services/rollout => ../services/rollout
 	github.com/anvil-fleet/anvil/sim => ../sim
 )
+
+replace github.com/anvil-fleet/anvil/libs/fields => ../libs/fields
+
+replace github.com/anvil-fleet/anvil/cli => ../cli
+
+replace github.com/anvil-fleet/anvil/faults => ../faults

@@ -20,6 +20,8 @@ import (
 
 	"github.com/ory/dockertest/v3"
 	dc "github.com/ory/dockertest/v3/docker"
+
+	"github.com/anvil-fleet/anvil/services/boot/api/simassets"
 )
 
 // The images the tests run, tagged anvil/<name>:<VERSION>.
@@ -342,6 +344,10 @@ func (c *cluster) node(name string) *natsNode {
 	return nil
 }
 
+// catalogVersions is the revisions service's catalog: two versions the
+// harness's v1.37.1 API server allows kubelets of.
+const catalogVersions = "1.36.4,1.37.1"
+
 // serviceEnv is each service's environment.
 func (c *cluster) serviceEnv(name string, encryptionKey, signingKey string) []string {
 	bootURL := fmt.Sprintf("http://127.0.0.1:%d", c.bootPort)
@@ -357,7 +363,7 @@ func (c *cluster) serviceEnv(name string, encryptionKey, signingKey string) []st
 		env = append(env, "ANVIL_INSTANCE=registry-1")
 	case "revisions":
 		env = append(env, "ANVIL_REVISIONS_ENCRYPTION_KEYS="+encryptionKey,
-			"ANVIL_BOOT_PUBLIC_URL="+bootURL, "ANVIL_KUBERNETES_VERSIONS=1.36.4,1.37.1")
+			"ANVIL_BOOT_PUBLIC_URL="+bootURL, "ANVIL_KUBERNETES_VERSIONS="+catalogVersions)
 	case "rollout":
 		env = append(env, "ANVIL_INSTANCE=rollout-1", "ANVIL_ROLLOUT_LEASE_TTL=5s",
 			"ANVIL_ROLLOUT_POLL=500ms", "ANVIL_ROLLOUT_REPLAN=5s")
@@ -376,6 +382,11 @@ func (c *cluster) serviceEnv(name string, encryptionKey, signingKey string) []st
 // until each one's /readyz answers.
 func (c *cluster) startServices(encryptionKey, signingKey string) {
 	c.t.Helper()
+	assets, err := simassets.Dir(c.dir, catalogVersions)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	sysext := filepath.Join(assets, "sysext")
 	errs := make([]error, len(serviceNames))
 	var wg sync.WaitGroup
 	for i, name := range serviceNames {
@@ -388,6 +399,10 @@ func (c *cluster) startServices(encryptionKey, signingKey string) {
 				Labels:    map[string]string{"anvil.test/faults": c.prefix},
 			}
 			if name == "boot" {
+				// The image carries the agent binaries (/srv/anvil/assets);
+				// the Kubernetes sysexts of the catalog are the simulator's
+				// stand-ins (the fleet is simulated), mounted beside them.
+				opts.Mounts = []string{sysext + ":/srv/anvil/sysext:ro"}
 				opts.ExposedPorts = []string{"8081/tcp"}
 				opts.PortBindings = map[dc.Port][]dc.PortBinding{
 					"8081/tcp": {{HostIP: "127.0.0.1", HostPort: fmt.Sprint(c.bootPort)}},

@@ -23,6 +23,7 @@ require (
 	github.com/Microsoft/go-winio v0.6.2 // indirect
 	github.com/Nvveen/Gotty v0.0.0-20120604004816-cd527374f1e5 // indirect
 	github.com/anvil-fleet/anvil/agent v0.0.0 // indirect
+	github.com/anvil-fleet/anvil/libs/fields v0.0.0 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cenkalti/backoff/v4 v4.3.0 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
@@ -119,3 +120,11 @@ replace (
 	github.com/anvil-fleet/anvil/services/rollout => ../services/rollout
 	github.com/anvil-fleet/anvil/sim => ../sim
 )
+
+replace github.com/anvil-fleet/anvil/libs/fields => ../libs/fields
+
+replace github.com/anvil-fleet/anvil/cli => ../cli
+
+replace github.com/anvil-fleet/anvil/demo => ../demo
+
+replace github.com/anvil-fleet/anvil/e2e => ../e2e

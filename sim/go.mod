@@ -22,6 +22,7 @@ require (
 	github.com/MakeNowJust/heredoc v1.0.0 // indirect
 	github.com/ThreeDotsLabs/watermill v1.5.1 // indirect
 	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect
+	github.com/anvil-fleet/anvil/libs/fields v0.0.0 // indirect
 	github.com/anvil-fleet/anvil/services/gateway v0.0.0 // indirect
 	github.com/anvil-fleet/anvil/services/rollout v0.0.0 // indirect
 	github.com/aws/aws-sdk-go-v2 v1.43.4 // indirect
@@ -148,3 +149,13 @@ replace (
 	github.com/anvil-fleet/anvil/services/revisions => ../services/revisions
 	github.com/anvil-fleet/anvil/services/rollout => ../services/rollout
 )
+
+replace github.com/anvil-fleet/anvil/libs/fields => ../libs/fields
+
+replace github.com/anvil-fleet/anvil/cli => ../cli
+
+replace github.com/anvil-fleet/anvil/demo => ../demo
+
+replace github.com/anvil-fleet/anvil/e2e => ../e2e
+
+replace github.com/anvil-fleet/anvil/faults => ../faults

@@ -22,10 +22,12 @@ import (
 	"github.com/anvil-fleet/anvil/libs/events/eventstest"
 	"github.com/anvil-fleet/anvil/libs/kubeharness"
 	bootapi "github.com/anvil-fleet/anvil/services/boot/api"
+	"github.com/anvil-fleet/anvil/services/boot/api/simassets"
 	regapi "github.com/anvil-fleet/anvil/services/registry/api"
 	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
 	"github.com/anvil-fleet/anvil/services/registry/domain/token"
 	revapi "github.com/anvil-fleet/anvil/services/revisions/api"
+	revisions "github.com/anvil-fleet/anvil/services/revisions/service"
 )
 
 // stack is the real control plane (devstack: embedded JetStream and all
@@ -70,8 +72,14 @@ func startStack(t *testing.T) *stack {
 		}
 	})
 	bootAddr := freeAddr(t)
+	// The boot service serves the simulator's stand-in agent and sysexts
+	// for the default catalog: pools are saved only when it has them.
+	assets, err := simassets.Dir(t.TempDir(), revisions.DefaultKubernetesVersions...)
+	if err != nil {
+		t.Fatal(err)
+	}
 	st, err := devstack.Start(context.Background(), devstack.Config{
-		DataDir: t.TempDir(), GatewayAddr: freeAddr(t), BootAddr: bootAddr, AdminToken: "anvil_admin_simtest",
+		DataDir: t.TempDir(), GatewayAddr: freeAddr(t), BootAddr: bootAddr, AdminToken: "anvil_admin_simtest", AssetsDir: assets,
 		Logger: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	if err != nil {

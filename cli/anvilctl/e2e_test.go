@@ -16,6 +16,8 @@ import (
 
 	"github.com/anvil-fleet/anvil/cli/anvilctl"
 	"github.com/anvil-fleet/anvil/devstack"
+	"github.com/anvil-fleet/anvil/services/boot/api/simassets"
+	revisions "github.com/anvil-fleet/anvil/services/revisions/service"
 )
 
 const adminToken = "anvil_admin_cli_test_bootstrap_token_0123456789"
@@ -43,8 +45,14 @@ func freeAddr(t *testing.T) string {
 func startStack(t *testing.T) (*cliStack, string, string) {
 	t.Helper()
 	addr := freeAddr(t)
+	// The simulator's assets for the default catalog: pools are saved only
+	// when the boot service has their files.
+	assets, err := simassets.Dir(t.TempDir(), revisions.DefaultKubernetesVersions...)
+	if err != nil {
+		t.Fatal(err)
+	}
 	st, err := devstack.Start(context.Background(), devstack.Config{DataDir: t.TempDir(), GatewayAddr: addr, BootAddr: freeAddr(t),
-		AdminToken: adminToken, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		AdminToken: adminToken, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), AssetsDir: assets})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -141,7 +141,7 @@ var resources = []*resource{
 		one:       func(c *client, _ *getOptions, name string) (string, error) { return c.orgPath("/rollouts/%s", name) },
 		aggregate: "rollout",
 		cols: []column{field("ID", "id"), field("POOL", "pool"), field("REVISION", "revision"), field("STATUS", "status"),
-			{Header: "PROGRESS", Get: progress}, field("STARTED", "started_at"), field("FINISHED", "finished_at")}},
+			{Header: "PROGRESS", Get: progress}, {Header: "WAITING FOR", Get: waitingFor}, field("STARTED", "started_at"), field("FINISHED", "finished_at")}},
 	{Name: "operation", Plural: "operations", Aliases: []string{"op", "ops"}, key: "items", paged: "cursor",
 		list: func(c *client, o *getOptions) (string, url.Values, error) {
 			p, err := c.orgPath("/operations")
@@ -153,7 +153,7 @@ var resources = []*resource{
 		},
 		one: func(c *client, _ *getOptions, name string) (string, error) { return c.orgPath("/operations/%s", name) },
 		cols: []column{field("ID", "id"), field("KIND", "kind"), field("POOL", "pool"), field("MACHINE", "machine"), field("STATUS", "status"),
-			{Header: "PROGRESS", Get: progress}, field("STEP", "step"), field("STARTED", "started_at")}},
+			{Header: "PROGRESS", Get: progress}, field("STEP", "step"), {Header: "WAITING FOR", Get: waitingFor}, field("STARTED", "started_at")}},
 	{Name: "event", Plural: "events", Aliases: []string{"ev"}, key: "items", paged: "after",
 		list: func(c *client, o *getOptions) (string, url.Values, error) {
 			p, err := c.orgPath("/events")

@@ -223,6 +223,22 @@ func rolloutHeader(ro map[string]any) string {
 	return s
 }
 
+// waitingFor is why an operation does not move, from its conditions: the
+// Progressing condition when it is False (outside the window until …,
+// budget full, paused, …) and a drain a budget blocks; "" when it moves.
+func waitingFor(o map[string]any) string {
+	var parts []string
+	for _, c := range objects(o["conditions"]) {
+		switch {
+		case str(c["type"]) == "Progressing" && str(c["status"]) == "False":
+			parts = append([]string{str(c["message"])}, parts...)
+		case str(c["type"]) == "DrainBlocked" && str(c["status"]) == "True":
+			parts = append(parts, str(c["message"]))
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
 // progressLine is "[#####-----] 1/3 done, 1 in progress, 0 failed: running".
 func progressLine(ro map[string]any, width int) string {
 	n := func(k string) int { i, _ := strconv.Atoi(str(lookup(ro, "progress."+k))); return i }
@@ -242,6 +258,12 @@ func progressLine(ro map[string]any, width int) string {
 	}
 	if r := str(ro["reason"]); r != "" {
 		s += " (" + r + ")"
+	}
+	if why := waitingFor(ro); why != "" {
+		s += "; waiting: " + why
+	}
+	if eta := str(ro["estimated_done_at"]); eta != "" {
+		s += "; done by about " + eta
 	}
 	return s
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/anvil-fleet/anvil/devstack"
 	"github.com/anvil-fleet/anvil/libs/kubeharness"
+	"github.com/anvil-fleet/anvil/services/boot/api/simassets"
 	"github.com/anvil-fleet/anvil/sim"
 )
 
@@ -209,10 +210,15 @@ func quietLogger() *slog.Logger {
 func startStoryStack(t *testing.T) (*cliStack, string) {
 	t.Helper()
 	addr, bootAddr := freeAddr(t), freeAddr(t)
+	// two versions the harness's v1.37.1 API server allows kubelets of
+	const versions = "1.36.4,1.37.1"
+	assets, err := simassets.Dir(t.TempDir(), versions)
+	if err != nil {
+		t.Fatal(err)
+	}
 	st, err := devstack.Start(context.Background(), devstack.Config{DataDir: t.TempDir(), GatewayAddr: addr, BootAddr: bootAddr,
-		AdminToken: adminToken, Logger: quietLogger(),
-		// two versions the harness's v1.37.1 API server allows kubelets of
-		KubernetesVersions: "1.36.4,1.37.1",
+		AdminToken: adminToken, Logger: quietLogger(), AssetsDir: assets,
+		KubernetesVersions: versions,
 		RolloutLeaseTTL:    3 * time.Second, RolloutPoll: 500 * time.Millisecond, RolloutReplan: 5 * time.Second,
 		BootRetryInitial: 200 * time.Millisecond, BootRetryMax: time.Second,
 	})

@@ -20,6 +20,7 @@ import (
 
 	"github.com/anvil-fleet/anvil/devstack"
 	"github.com/anvil-fleet/anvil/libs/kubeharness"
+	"github.com/anvil-fleet/anvil/services/boot/api/simassets"
 )
 
 // KubernetesVersions is the stack's catalog: two versions whose skew with
@@ -110,9 +111,16 @@ func StartEnv(ctx context.Context, o EnvOptions) (_ *Env, err error) {
 			}
 		}()
 	}
+	// The story's machines are simulated: they run the agent in-process and
+	// have no kubelet, so the boot service serves the simulator's stand-in
+	// agent and sysexts (hashed like real ones, never executed).
+	assets := filepath.Join(o.Dir, "assets")
+	if err := simassets.Write(assets, KubernetesVersions); err != nil {
+		return nil, fmt.Errorf("writing the simulator's assets: %w", err)
+	}
 	e.Config = devstack.Config{
 		DataDir: filepath.Join(o.Dir, "data"), GatewayAddr: o.GatewayAddr, BootAddr: o.BootAddr, NATSAddr: o.NATSAddr,
-		AdminToken: o.AdminToken, Logger: o.Logger,
+		AdminToken: o.AdminToken, Logger: o.Logger, AssetsDir: assets,
 		KubernetesVersions:   KubernetesVersions,
 		RegistryOfflineAfter: o.RegistryOfflineAfter,
 		BootRetryInitial:     200 * time.Millisecond, BootRetryMax: 2 * time.Second,

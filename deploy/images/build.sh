@@ -97,10 +97,14 @@ for spec in "${images[@]}"; do
 		build_go "$pkg" "$fs/usr/local/bin/$name"
 	fi
 	if [[ $name == anvil-boot ]]; then
-		# The boot service serves the agent of the same version under
-		# /assets/, where the revisions service points Ignition by default.
+		# The boot service serves the agent of the same version, for every
+		# architecture machines may have, from its assets directory
+		# (/srv/anvil, the chart's boot.assetsDir): it hashes them, and
+		# the revisions service points Ignition at them with that hash.
 		mkdir -p "$fs/srv/anvil/assets"
-		build_go ./agent/cmd/anvil-agent "$fs/srv/anvil/assets/anvil-agent-linux-$GOARCH"
+		for agent_arch in amd64 arm64; do
+			(export GOARCH=$agent_arch && build_go ./agent/cmd/anvil-agent "$fs/srv/anvil/assets/anvil-agent-linux-$agent_arch")
+		done
 	fi
 	cp "$ca" "$fs/etc/ssl/certs/ca-certificates.crt"
 	chmod 0644 "$fs/etc/ssl/certs/ca-certificates.crt"

@@ -98,7 +98,13 @@ type JetStreamStore struct {
 	stream jetstream.Stream
 	reg    *Registry
 	now    func() time.Time
+	actor  string
 }
+
+// SetDefaultActor names the actor of events appended without one in their
+// context (the service itself: "service:<name>"), so that every event
+// says who or what caused it. Call it before the first append.
+func (s *JetStreamStore) SetDefaultActor(actor string) { s.actor = actor }
 
 // NewJetStreamStore ensures the stream and returns a store on it.
 func NewJetStreamStore(ctx context.Context, js jetstream.JetStream, reg *Registry, o StreamOptions) (*JetStreamStore, error) {
@@ -122,7 +128,7 @@ func (s *JetStreamStore) Append(ctx context.Context, ref AggregateRef, expected 
 		))
 	defer func() { endSpan(span, err) }()
 
-	envs, err := seal(ctx, s.reg, ref, s.now(), drafts)
+	envs, err := seal(ctx, s.reg, ref, s.now(), s.actor, drafts)
 	if err != nil {
 		return nil, err
 	}

@@ -25,7 +25,7 @@ func NewMemoryStore(reg *Registry) *MemoryStore {
 }
 
 func (m *MemoryStore) Append(ctx context.Context, ref AggregateRef, expected uint64, drafts ...Draft) ([]Envelope, error) {
-	envs, err := seal(ctx, m.reg, ref, m.now(), drafts)
+	envs, err := seal(ctx, m.reg, ref, m.now(), "", drafts)
 	if err != nil {
 		return nil, err
 	}

@@ -141,7 +141,8 @@ var tracer = otel.Tracer("github.com/anvil-fleet/anvil/libs/events")
 func init() { uuid.EnableRandPool() }
 
 // seal builds the envelopes for an append from ctx and the drafts.
-func seal(ctx context.Context, reg *Registry, ref AggregateRef, now time.Time, drafts []Draft) ([]Envelope, error) {
+// defaultActor is the actor of events appended without one in ctx.
+func seal(ctx context.Context, reg *Registry, ref AggregateRef, now time.Time, defaultActor string, drafts []Draft) ([]Envelope, error) {
 	if err := ref.Validate(); err != nil {
 		return nil, err
 	}
@@ -154,6 +155,10 @@ func seal(ctx context.Context, reg *Registry, ref AggregateRef, now time.Time, d
 		trace = nil
 	}
 	corr := Correlation(ctx)
+	actor := Actor(ctx)
+	if actor == "" {
+		actor = defaultActor
+	}
 	out := make([]Envelope, len(drafts))
 	for i, d := range drafts {
 		if d.Payload == nil {
@@ -181,7 +186,7 @@ func seal(ctx context.Context, reg *Registry, ref AggregateRef, now time.Time, d
 		out[i] = Envelope{
 			ID: id, Type: name, SchemaVersion: version,
 			Org: ref.Org, AggregateType: ref.Type, AggregateID: ref.ID,
-			Time: now.UTC(), Actor: Actor(ctx), CorrelationID: corr, CausationID: Causation(ctx),
+			Time: now.UTC(), Actor: actor, CorrelationID: corr, CausationID: Causation(ctx),
 			Trace: trace, Payload: body,
 		}
 	}

@@ -23,6 +23,7 @@ type pki struct {
 	adminKeyPEM  []byte
 
 	caCertPath      string
+	caKeyPath       string // written only in kubeadm mode: the controller manager signs node certificates with it
 	servingCertPath string
 	servingKeyPath  string
 	saKeyPath       string // signs service account tokens
@@ -36,7 +37,10 @@ const (
 	adminGroup = "system:masters"
 )
 
-func newPKI(dir string) (*pki, error) {
+// newPKI writes a fresh CA, the API server's serving certificate (valid
+// for loopback, the kubernetes Service and extraIPs), the service account
+// key pair and, with writeCAKey, the CA's private key.
+func newPKI(dir string, extraIPs []net.IP, writeCAKey bool) (*pki, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
@@ -87,7 +91,7 @@ func newPKI(dir string) (*pki, error) {
 		Subject:     pkix.Name{CommonName: "kube-apiserver"},
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		DNSNames:    []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback, net.ParseIP(kubernetesServiceIP)},
+		IPAddresses: append([]net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback, net.ParseIP(kubernetesServiceIP)}, extraIPs...),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("serving certificate: %w", err)
@@ -129,6 +133,14 @@ func newPKI(dir string) (*pki, error) {
 		p.servingKeyPath:  servingKey,
 		p.saKeyPath:       pemBlock("EC PRIVATE KEY", saKeyDER),
 		p.saPubPath:       pemBlock("PUBLIC KEY", saPubDER),
+	}
+	if writeCAKey {
+		caKeyDER, err := x509.MarshalECPrivateKey(caKey)
+		if err != nil {
+			return nil, err
+		}
+		p.caKeyPath = filepath.Join(dir, "ca.key")
+		files[p.caKeyPath] = pemBlock("EC PRIVATE KEY", caKeyDER)
 	}
 	for path, b := range files {
 		if err := os.WriteFile(path, b, 0o600); err != nil {

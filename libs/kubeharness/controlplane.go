@@ -52,6 +52,8 @@ type ControlPlane struct {
 	Client kubernetes.Interface
 	// StartupDuration is how long StartProcess took, for reports.
 	StartupDuration time.Duration
+	// Join is the kubeadm join material; nil unless started WithKubeadm.
+	Join *JoinInfo
 
 	restConfig *rest.Config
 	procs      []*process // in start order
@@ -73,6 +75,7 @@ type options struct {
 	startTimeout time.Duration
 	extraArgs    map[string][]string
 	logger       *slog.Logger
+	kubeadm      *Kubeadm
 }
 
 // WithBinDir uses binaries from dir instead of BinDir().
@@ -192,8 +195,16 @@ func (s *starter) start(ctx context.Context) error {
 			return err
 		}
 	}
+	var extraIPs []net.IP
+	if k := s.opts.kubeadm; k != nil {
+		ips, err := k.servingIPs()
+		if err != nil {
+			return err
+		}
+		extraIPs = ips
+	}
 	var err error
-	if s.pki, err = newPKI(filepath.Join(dir, "pki")); err != nil {
+	if s.pki, err = newPKI(filepath.Join(dir, "pki"), extraIPs, s.opts.kubeadm != nil); err != nil {
 		return fmt.Errorf("generate certificates: %w", err)
 	}
 
@@ -201,9 +212,10 @@ func (s *starter) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if _, err := s.launch(ctx, KubeAPIServer, 1,
+	apiPort, err := s.launch(ctx, KubeAPIServer, 1,
 		func(ports []int) []string { return s.apiserverArgs(etcdPort[0], ports[0]) },
-		s.apiserverReady); err != nil {
+		s.apiserverReady)
+	if err != nil {
 		return err
 	}
 
@@ -228,13 +240,19 @@ func (s *starter) start(ctx context.Context) error {
 
 	// The service account controller runs in kube-controller-manager, and
 	// pods cannot be created before their namespace has its default account.
-	return s.cp.poll(ctx, func(ctx context.Context) (bool, error) {
+	if err := s.cp.poll(ctx, func(ctx context.Context) (bool, error) {
 		_, err := s.cp.Client.CoreV1().ServiceAccounts(metav1.NamespaceDefault).Get(ctx, "default", metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return false, nil
 		}
 		return err == nil, err
-	})
+	}); err != nil {
+		return err
+	}
+	if s.opts.kubeadm != nil {
+		return s.setUpKubeadm(ctx, apiPort[0])
+	}
+	return nil
 }
 
 // launch starts a component on nPorts fresh loopback ports and waits until
@@ -347,7 +365,15 @@ func (s *starter) etcdHealthy(ctx context.Context, ports []int) error {
 
 func (s *starter) apiserverArgs(etcdPort, port int) []string {
 	p := s.pki
-	return []string{
+	authorization := "--authorization-mode=RBAC"
+	var kubeadmArgs []string
+	if s.opts.kubeadm != nil {
+		// What a kubeadm control plane runs with, so that kubelets can
+		// bootstrap and are confined to their own node.
+		authorization = "--authorization-mode=Node,RBAC"
+		kubeadmArgs = []string{"--enable-bootstrap-token-auth=true", "--enable-admission-plugins=NodeRestriction"}
+	}
+	return append([]string{
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
 		fmt.Sprintf("--secure-port=%d", port),
@@ -360,13 +386,13 @@ func (s *starter) apiserverArgs(etcdPort, port int) []string {
 		"--service-account-key-file=" + p.saPubPath,
 		"--service-account-signing-key-file=" + p.saKeyPath,
 		"--service-cluster-ip-range=" + serviceCIDR,
-		"--authorization-mode=RBAC",
+		authorization,
 		"--allow-privileged=true",
 		// A loopback address is not a valid endpoint, and nothing here
 		// reaches the API server through the kubernetes Service anyway.
 		"--endpoint-reconciler-type=none",
 		"--profiling=false",
-	}
+	}, kubeadmArgs...)
 }
 
 func (s *starter) apiserverReady(ctx context.Context, ports []int) error {
@@ -410,18 +436,31 @@ func (cp *ControlPlane) setClient(p *pki, server string) error {
 }
 
 func (s *starter) controllerManagerArgs() []string {
-	return []string{
+	// The default set includes what the harness relies on: disruption
+	// (PDB status), deployment, replicaset, namespace, garbagecollector,
+	// serviceaccount, nodelifecycle and podgc.
+	controllers := "*"
+	var kubeadmArgs []string
+	if s.opts.kubeadm != nil {
+		// Off by default: they sign cluster-info for each bootstrap token
+		// and delete expired tokens.
+		controllers = "*,bootstrapsigner,tokencleaner"
+		// The csrsigning controller signs node client certificates with
+		// the cluster CA once csrapproving has approved them.
+		kubeadmArgs = []string{
+			"--cluster-signing-cert-file=" + s.pki.caCertPath,
+			"--cluster-signing-key-file=" + s.pki.caKeyPath,
+		}
+	}
+	return append([]string{
 		"--kubeconfig=" + s.cp.KubeconfigPath,
 		"--leader-elect=false",
 		"--secure-port=0",
-		// The default set includes what the harness relies on: disruption
-		// (PDB status), deployment, replicaset, namespace, garbagecollector,
-		// serviceaccount, nodelifecycle and podgc.
-		"--controllers=*",
+		"--controllers=" + controllers,
 		"--service-account-private-key-file=" + s.pki.saKeyPath,
 		"--root-ca-file=" + s.pki.caCertPath,
 		"--cluster-name=" + clusterName,
-	}
+	}, kubeadmArgs...)
 }
 
 func (s *starter) kwokArgs(config string) []string {

@@ -7,6 +7,10 @@
 // refusal (HTTP 429) comes from the real API server, from budget status that
 // the real controller manager computes.
 //
-// The binaries are built by tools/kubebins/build.sh; see
-// docs/kube-harness.md.
+// WithKubeadm turns it into a control plane that a real `kubeadm join`
+// (from a VM) can join, and LoadNodeArtifacts finds what such a node runs
+// (kubelet, kubeadm, the Kubernetes sysext, the pause and workload images).
+//
+// The binaries are built by tools/kubebins/build.sh and
+// tools/kubebins/node/build.sh; see docs/kube-harness.md.
 package kubeharness

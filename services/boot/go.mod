@@ -11,12 +11,15 @@ require (
 	github.com/nats-io/nats.go v1.55.0
 	github.com/prometheus/client_golang v1.25.0
 	go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp v0.72.0
+	go.opentelemetry.io/otel v1.47.0
+	go.opentelemetry.io/otel/trace v1.47.0
 	golang.org/x/sync v0.24.0
 )
 
 require (
 	github.com/ThreeDotsLabs/watermill v1.5.1 // indirect
 	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect
+	github.com/anvil-fleet/anvil/libs/fields v0.0.0 // indirect
 	github.com/aws/aws-sdk-go-v2 v1.43.4 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
@@ -34,6 +37,7 @@ require (
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.30.0 // indirect
 	github.com/klauspost/compress v1.20.3 // indirect
+	github.com/kylelemons/godebug v1.1.0 // indirect
 	github.com/lithammer/shortuuid/v3 v3.0.7 // indirect
 	github.com/minio/highwayhash v1.0.4 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
@@ -50,13 +54,11 @@ require (
 	github.com/stretchr/testify v1.12.1 // indirect
 	github.com/vincent-petithory/dataurl v1.0.0 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
-	go.opentelemetry.io/otel v1.47.0 // indirect
 	go.opentelemetry.io/otel/exporters/otlp/otlptrace v1.47.0 // indirect
 	go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp v1.47.0 // indirect
 	go.opentelemetry.io/otel/log v1.47.0 // indirect
 	go.opentelemetry.io/otel/metric v1.47.0 // indirect
 	go.opentelemetry.io/otel/sdk v1.47.0 // indirect
-	go.opentelemetry.io/otel/trace v1.47.0 // indirect
 	go.opentelemetry.io/proto/otlp v1.11.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
@@ -80,3 +82,23 @@ replace (
 	github.com/anvil-fleet/anvil/services/registry => ../registry
 	github.com/anvil-fleet/anvil/services/revisions => ../revisions
 )
+
+replace github.com/anvil-fleet/anvil/libs/fields => ../../libs/fields
+
+replace github.com/anvil-fleet/anvil/cli => ../../cli
+
+replace github.com/anvil-fleet/anvil/demo => ../../demo
+
+replace github.com/anvil-fleet/anvil/devstack => ../../devstack
+
+replace github.com/anvil-fleet/anvil/e2e => ../../e2e
+
+replace github.com/anvil-fleet/anvil/faults => ../../faults
+
+replace github.com/anvil-fleet/anvil/libs/kubeharness => ../../libs/kubeharness
+
+replace github.com/anvil-fleet/anvil/services/gateway => ../gateway
+
+replace github.com/anvil-fleet/anvil/services/rollout => ../rollout
+
+replace github.com/anvil-fleet/anvil/sim => ../../sim

@@ -10,6 +10,7 @@ require (
 	github.com/ThreeDotsLabs/watermill v1.5.1 // indirect
 	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect
 	github.com/anvil-fleet/anvil/agent v0.0.0 // indirect
+	github.com/anvil-fleet/anvil/libs/fields v0.0.0 // indirect
 	github.com/aws/aws-sdk-go-v2 v1.43.4 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/blang/semver/v4 v4.0.0 // indirect
@@ -28,6 +29,7 @@ require (
 	github.com/felixge/httpsnoop v1.1.0 // indirect
 	github.com/fxamacker/cbor/v2 v2.9.1 // indirect
 	github.com/go-errors/errors v1.4.2 // indirect
+	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 	github.com/go-kit/log v0.2.0 // indirect
 	github.com/go-logfmt/logfmt v0.5.1 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
@@ -146,10 +148,13 @@ require github.com/anvil-fleet/anvil/services/revisions v0.0.0
 replace github.com/anvil-fleet/anvil/services/revisions => ../revisions
 
 require (
+	github.com/anvil-fleet/anvil/devstack v0.0.0-00010101000000-000000000000
 	github.com/anvil-fleet/anvil/libs/kubeharness v0.0.0-00010101000000-000000000000
 	github.com/anvil-fleet/anvil/services/boot v0.0.0
 	github.com/anvil-fleet/anvil/services/rollout v0.0.0
 	github.com/anvil-fleet/anvil/sim v0.0.0
+	github.com/chromedp/cdproto v0.159.0
+	github.com/chromedp/chromedp v0.23.0
 )
 
 replace (
@@ -163,3 +168,13 @@ replace github.com/anvil-fleet/anvil/sim => ../../sim
 replace github.com/anvil-fleet/anvil/libs/kubeharness => ../../libs/kubeharness
 
 replace github.com/anvil-fleet/anvil/devstack => ../../devstack
+
+replace github.com/anvil-fleet/anvil/libs/fields => ../../libs/fields
+
+replace github.com/anvil-fleet/anvil/cli => ../../cli
+
+replace github.com/anvil-fleet/anvil/demo => ../../demo
+
+replace github.com/anvil-fleet/anvil/e2e => ../../e2e
+
+replace github.com/anvil-fleet/anvil/faults => ../../faults

@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/anvil-fleet/anvil/libs/events v0.0.0
+	github.com/anvil-fleet/anvil/libs/fields v0.0.0
 	github.com/google/btree v1.1.3
 	github.com/nats-io/nats.go v1.55.0
 	k8s.io/apimachinery v0.37.1
@@ -57,3 +58,29 @@ require (
 )
 
 replace github.com/anvil-fleet/anvil/libs/events => ../../libs/events
+
+replace github.com/anvil-fleet/anvil/libs/fields => ../../libs/fields
+
+replace github.com/anvil-fleet/anvil/agent => ../../agent
+
+replace github.com/anvil-fleet/anvil/cli => ../../cli
+
+replace github.com/anvil-fleet/anvil/demo => ../../demo
+
+replace github.com/anvil-fleet/anvil/devstack => ../../devstack
+
+replace github.com/anvil-fleet/anvil/e2e => ../../e2e
+
+replace github.com/anvil-fleet/anvil/faults => ../../faults
+
+replace github.com/anvil-fleet/anvil/libs/kubeharness => ../../libs/kubeharness
+
+replace github.com/anvil-fleet/anvil/services/boot => ../boot
+
+replace github.com/anvil-fleet/anvil/services/gateway => ../gateway
+
+replace github.com/anvil-fleet/anvil/services/revisions => ../revisions
+
+replace github.com/anvil-fleet/anvil/services/rollout => ../rollout
+
+replace github.com/anvil-fleet/anvil/sim => ../../sim

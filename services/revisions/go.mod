@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/anvil-fleet/anvil/libs/events v0.0.0
+	github.com/anvil-fleet/anvil/services/boot v0.0.0
 	github.com/coreos/ignition/v2 v2.27.0
 	github.com/nats-io/nats.go v1.55.0
 	github.com/prometheus/client_golang v1.25.0
@@ -15,6 +16,9 @@ require (
 require (
 	github.com/ThreeDotsLabs/watermill v1.5.1 // indirect
 	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect
+	github.com/anvil-fleet/anvil/agent v0.0.0 // indirect
+	github.com/anvil-fleet/anvil/libs/fields v0.0.0 // indirect
+	github.com/anvil-fleet/anvil/services/registry v0.0.0 // indirect
 	github.com/aws/aws-sdk-go-v2 v1.43.4 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
@@ -24,6 +28,7 @@ require (
 	github.com/coreos/go-semver v0.3.1 // indirect
 	github.com/coreos/go-systemd/v22 v22.7.0 // indirect
 	github.com/coreos/vcontext v0.0.0-20230201181013-d72178a18687 // indirect
+	github.com/felixge/httpsnoop v1.1.0 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/google/go-tpm v0.9.8 // indirect
@@ -45,6 +50,7 @@ require (
 	github.com/sony/gobreaker v1.0.0 // indirect
 	github.com/stretchr/testify v1.12.1 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
+	go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp v0.72.0 // indirect
 	go.opentelemetry.io/otel v1.47.0 // indirect
 	go.opentelemetry.io/otel/exporters/otlp/otlptrace v1.47.0 // indirect
 	go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp v1.47.0 // indirect
@@ -66,3 +72,29 @@ require (
 )
 
 replace github.com/anvil-fleet/anvil/libs/events => ../../libs/events
+
+replace github.com/anvil-fleet/anvil/services/boot => ../boot
+
+replace github.com/anvil-fleet/anvil/services/registry => ../registry
+
+replace github.com/anvil-fleet/anvil/agent => ../../agent
+
+replace github.com/anvil-fleet/anvil/libs/fields => ../../libs/fields
+
+replace github.com/anvil-fleet/anvil/cli => ../../cli
+
+replace github.com/anvil-fleet/anvil/demo => ../../demo
+
+replace github.com/anvil-fleet/anvil/devstack => ../../devstack
+
+replace github.com/anvil-fleet/anvil/e2e => ../../e2e
+
+replace github.com/anvil-fleet/anvil/faults => ../../faults
+
+replace github.com/anvil-fleet/anvil/libs/kubeharness => ../../libs/kubeharness
+
+replace github.com/anvil-fleet/anvil/services/gateway => ../gateway
+
+replace github.com/anvil-fleet/anvil/services/rollout => ../rollout
+
+replace github.com/anvil-fleet/anvil/sim => ../../sim

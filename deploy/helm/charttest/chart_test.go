@@ -63,6 +63,12 @@ func TestSchemaRefusesBadValues(t *testing.T) {
 		"unknown service field":  "rollout: {leaseTtl: 10s}",
 		"stream replicas zero":   "nats: {streamReplicas: 0}",
 		"bad anti-affinity mode": "nats: {bundled: {podAntiAffinity: always}}",
+		"agent URL without hash": "revisions: {agentURL: 'https://a.example/agent'}",
+		"agent hash without URL": "revisions: {agentHash: sha512-" + strings.Repeat("0", 128) + "}",
+		"short agent hash":       "revisions: {agentURL: 'https://a.example/agent', agentHash: sha512-00}",
+		"removed sysextURL":      "revisions: {sysextURL: 'https://old.example/sysext'}",
+		"mirror without arch":    "boot: {sysextMirror: 'https://m.example/kubernetes-v{version}.raw'}",
+		"relative assets dir":    "boot: {assetsDir: srv/anvil}",
 	} {
 		t.Run(name, func(t *testing.T) {
 			vals, err := chartutil.ReadValues([]byte(values))
@@ -77,6 +83,61 @@ func TestSchemaRefusesBadValues(t *testing.T) {
 				t.Logf("refused: %v", err)
 			}
 		})
+	}
+}
+
+// TestSysextMirror: with boot.sysextMirror, the boot service gets the
+// template, a writable emptyDir where it keeps what it fetches (the root
+// file system is read-only), and a NetworkPolicy egress rule to the mirror.
+func TestSysextMirror(t *testing.T) {
+	ch := loadChart(t)
+	const mirror = "https://mirror.example.net/sysext/kubernetes-v{version}-{arch}.raw"
+	vals, err := chartutil.ReadValues([]byte("boot: {sysextMirror: '" + mirror + "', sysextCacheSize: 5Gi}\nnetworkPolicy: {sysextMirrorTo: [{ipBlock: {cidr: 10.9.0.0/16}}]}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := render(t, ch, "fleet", "anvil-system", vals.AsMap())
+	name := fullname("fleet") + "-boot"
+	d := r.get(t, "Deployment", name).(*appsv1.Deployment)
+	c := d.Spec.Template.Spec.Containers[0]
+	env := map[string]string{}
+	for _, e := range c.Env {
+		env[e.Name] = e.Value
+	}
+	if env["ANVIL_BOOT_SYSEXT_MIRROR"] != mirror || env["ANVIL_BOOT_ASSETS_DIR"] != "/srv/anvil" {
+		t.Errorf("env: %v", env)
+	}
+	mounted := false
+	for _, m := range c.VolumeMounts {
+		if m.Name == "sysext" && m.MountPath == "/srv/anvil/sysext" && !m.ReadOnly {
+			mounted = true
+		}
+	}
+	sized := false
+	for _, v := range d.Spec.Template.Spec.Volumes {
+		if v.Name == "sysext" && v.EmptyDir != nil && v.EmptyDir.SizeLimit != nil && v.EmptyDir.SizeLimit.String() == "5Gi" {
+			sized = true
+		}
+	}
+	if !mounted || !sized {
+		t.Errorf("no writable 5Gi emptyDir at /srv/anvil/sysext: %+v %+v", c.VolumeMounts, d.Spec.Template.Spec.Volumes)
+	}
+	np := r.get(t, "NetworkPolicy", name).(*networkingv1.NetworkPolicy)
+	found := false
+	for _, e := range np.Spec.Egress {
+		if len(e.To) == 1 && e.To[0].IPBlock != nil && e.To[0].IPBlock.CIDR == "10.9.0.0/16" && len(e.Ports) == 2 && e.Ports[1].Port.IntValue() == 443 {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("no egress to the mirror: %+v", np.Spec.Egress)
+	}
+	// Without a mirror: no volume, no rule.
+	r = render(t, ch, "fleet", "anvil-system", map[string]any{})
+	for _, v := range r.get(t, "Deployment", name).(*appsv1.Deployment).Spec.Template.Spec.Volumes {
+		if v.Name == "sysext" {
+			t.Error("a sysext volume without a mirror")
+		}
 	}
 }
 

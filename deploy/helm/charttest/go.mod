@@ -129,3 +129,31 @@ require (
 )
 
 replace github.com/anvil-fleet/anvil/libs/kubeharness => ../../../libs/kubeharness
+
+replace github.com/anvil-fleet/anvil/agent => ../../../agent
+
+replace github.com/anvil-fleet/anvil/cli => ../../../cli
+
+replace github.com/anvil-fleet/anvil/demo => ../../../demo
+
+replace github.com/anvil-fleet/anvil/devstack => ../../../devstack
+
+replace github.com/anvil-fleet/anvil/e2e => ../../../e2e
+
+replace github.com/anvil-fleet/anvil/faults => ../../../faults
+
+replace github.com/anvil-fleet/anvil/libs/events => ../../../libs/events
+
+replace github.com/anvil-fleet/anvil/libs/fields => ../../../libs/fields
+
+replace github.com/anvil-fleet/anvil/services/boot => ../../../services/boot
+
+replace github.com/anvil-fleet/anvil/services/gateway => ../../../services/gateway
+
+replace github.com/anvil-fleet/anvil/services/registry => ../../../services/registry
+
+replace github.com/anvil-fleet/anvil/services/revisions => ../../../services/revisions
+
+replace github.com/anvil-fleet/anvil/services/rollout => ../../../services/rollout
+
+replace github.com/anvil-fleet/anvil/sim => ../../../sim

@@ -197,6 +197,20 @@ func TestNATSConfig(t *testing.T) {
 		}
 	}
 	rev.denied(t, "cmd.registry.org.list")
+
+	// The revisions service asks the boot service about assets, and only that.
+	bsub, err := boot.nc.QueueSubscribe("cmd.boot.>", "boot", func(m *nats.Msg) { _ = m.Respond([]byte("ok")) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bsub.Unsubscribe()
+	if err := boot.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := rev.nc.Request("cmd.boot.assets.resolve", nil, 5*time.Second); err != nil || string(m.Data) != "ok" {
+		t.Errorf("revisions resolves assets: %v", err)
+	}
+	rev.denied(t, "cmd.boot.instruction.get")
 	gw.deniedSub(t, "cmd.registry.>")
 	boot.deniedSub(t, "events.>")
 }

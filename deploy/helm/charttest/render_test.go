@@ -95,10 +95,13 @@ revisions:
   encryptionKeys: {existingSecret: anvil-keys, existingSecretKey: encryption-keys}
   kubernetesVersions: [1.33.5, 1.34.1]
   renderCacheBytes: 134217728
+  agentURL: https://artifacts.example.net/anvil-agent-linux-amd64
   agentHash: sha256-0000000000000000000000000000000000000000000000000000000000000000
-rollout: {replicas: 5, leaseTTL: 20s, poll: 3s, replan: 1m, ipxeOnlineWindow: 5m}
+rollout: {replicas: 5, leaseTTL: 20s, poll: 3s, replan: 1m}
 boot:
   replicas: 5
+  sysextMirror: https://mirror.example.net/sysext/kubernetes-v{version}-{arch}.raw
+  sysextCacheSize: 5Gi
   signingKeys: {existingSecret: anvil-boot-keys}
   bootTokenTTL: 30m
   ipxeRetryInitial: 2s

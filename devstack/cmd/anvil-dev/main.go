@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/anvil-fleet/anvil/devstack"
@@ -21,6 +22,14 @@ func main() {
 	flag.StringVar(&cfg.DataDir, "data-dir", svc.Env("ANVIL_DATA_DIR", ".anvil"), "where JetStream keeps the event log (env ANVIL_DATA_DIR)")
 	flag.StringVar(&cfg.GatewayAddr, "gateway-addr", svc.Env("ANVIL_GATEWAY_ADDR", "127.0.0.1:8080"), "gateway HTTP API listen address (env ANVIL_GATEWAY_ADDR)")
 	flag.StringVar(&cfg.BootAddr, "boot-addr", svc.Env("ANVIL_BOOT_ADDR", "127.0.0.1:8081"), "boot service listen address for machines (env ANVIL_BOOT_ADDR)")
+	flag.StringVar(&cfg.PublicURL, "public-url", svc.Env("ANVIL_BOOT_PUBLIC_URL", ""),
+		"the boot service's URL as machines reach it, handed to them in every script and config; empty: http://<boot-addr>, which only this host reaches (env ANVIL_BOOT_PUBLIC_URL)")
+	flag.StringVar(&cfg.AssetBaseURL, "asset-base-url", svc.Env("ANVIL_BOOT_ASSET_BASE_URL", ""),
+		"where Flatcar's PXE kernel and initrd are (see anvil-boot -h); empty: Flatcar's release servers (env ANVIL_BOOT_ASSET_BASE_URL)")
+	flag.StringVar(&cfg.AssetsDir, "assets-dir", svc.Env("ANVIL_BOOT_ASSETS_DIR", ""),
+		"the boot service's assets directory: assets/anvil-agent-linux-<arch>, sysext/kubernetes-v<version>-<arch>.raw, flatcar/…; make run sets it to $ANVIL_DATA_DIR/assets, where make assets builds the agent (env ANVIL_BOOT_ASSETS_DIR)")
+	flag.StringVar(&cfg.SysextMirror, "sysext-mirror", svc.Env("ANVIL_BOOT_SYSEXT_MIRROR", ""),
+		"URL template with {version} and {arch} from which a missing Kubernetes sysext is fetched (env ANVIL_BOOT_SYSEXT_MIRROR)")
 	flag.StringVar(&cfg.NATSAddr, "nats-addr", svc.Env("ANVIL_DEV_NATS_ADDR", ""), "also accept external NATS clients here, e.g. 127.0.0.1:4222 (env ANVIL_DEV_NATS_ADDR)")
 	flag.StringVar(&logLevel, "log-level", svc.Env("ANVIL_LOG_LEVEL", "info"), "debug, info, warn or error (env ANVIL_LOG_LEVEL)")
 	flag.StringVar(&logFormat, "log-format", svc.Env("ANVIL_LOG_FORMAT", "text"), "json or text (env ANVIL_LOG_FORMAT)")
@@ -28,6 +37,9 @@ func main() {
 	cfg.AdminToken = os.Getenv("ANVIL_ADMIN_TOKEN")
 	cfg.EncryptionKeys = os.Getenv("ANVIL_REVISIONS_ENCRYPTION_KEYS")
 	cfg.Logger = telemetry.NewLogger("anvil-dev", logLevel, logFormat)
+	if w := cfg.PublicURLWarning(); w != "" {
+		cfg.Logger.Warn(w)
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -43,8 +55,17 @@ func main() {
 		fmt.Fprintln(os.Stderr, "anvil-dev:", err)
 		os.Exit(1)
 	}
-	fmt.Printf("\nanvil dev stack is up (data in %s)\n  gateway: http://%s\n  boot:    http://%s  (iPXE chain URL: http://%s/boot.ipxe?token=<enrollment token>)\n",
-		cfg.DataDir, cfg.GatewayAddr, cfg.BootAddr, cfg.BootAddr)
+	machinesURL := "http://" + cfg.BootAddr
+	if cfg.PublicURL != "" {
+		machinesURL = strings.TrimSuffix(cfg.PublicURL, "/")
+	}
+	fmt.Printf("\nanvil dev stack is up (data in %s)\n  gateway: http://%s\n  boot:    http://%s  (iPXE chain URL: %s/boot.ipxe?token=<enrollment token>)\n",
+		cfg.DataDir, cfg.GatewayAddr, cfg.BootAddr, machinesURL)
+	assets := cfg.AssetsDir
+	if assets == "" {
+		assets = "none (set ANVIL_BOOT_ASSETS_DIR, or use make run)"
+	}
+	fmt.Printf("  assets:  %s\n", assets)
 	if url := st.NATS.ClientURL(); url != "" {
 		fmt.Printf("  nats:    %s\n", url)
 	}

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"reflect"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -344,19 +345,35 @@ func resultOf(data []byte) ([]byte, bool) {
 
 // Decode parses JSON strictly into v, turning decoder complaints into
 // validation errors that name the field.
+//
+// It is the one decoder of everything that crosses an edge (HTTP bodies,
+// NATS requests): beyond encoding/json, it refuses data after the value
+// (`{"a":1}}`), a key given twice, a key that matches a field only when
+// case is ignored, and it names the field of a value that a type's own
+// decoder refuses (a time that is not RFC 3339).
 func Decode(data []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
+		// A field whose own decoder failed is named by the strict walk.
+		if serr := checkStrict(data, reflect.TypeOf(v)); serr != nil {
+			return jsonError(serr)
+		}
 		return jsonError(err)
 	}
-	if dec.More() {
-		return errs.Invalid("body", "must hold exactly one JSON value")
+	if rest := bytes.TrimSpace(data[dec.InputOffset():]); len(rest) > 0 {
+		return errs.Invalid("body", "must hold exactly one JSON value; %s follows it", clip(rest))
+	}
+	if err := checkStrict(data, reflect.TypeOf(v)); err != nil {
+		return jsonError(err)
 	}
 	return nil
 }
 
 func jsonError(err error) error {
+	if errs.Is(err, errs.KindValidation) {
+		return err
+	}
 	var typeErr *json.UnmarshalTypeError
 	var syntaxErr *json.SyntaxError
 	switch {

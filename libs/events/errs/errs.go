@@ -166,3 +166,13 @@ func HTTPStatus(k Kind) int {
 	}
 	return http.StatusInternalServerError
 }
+
+// ProblemType is the RFC 9457 problem type URI of an error kind: one
+// vocabulary for every service's HTTP answers
+// ("https://anvil.dev/problems/not-found", "…/validation", …).
+func ProblemType(k Kind) string {
+	if k == "" {
+		k = KindInternal
+	}
+	return "https://anvil.dev/problems/" + strings.ReplaceAll(string(k), "_", "-")
+}

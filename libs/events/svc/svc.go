@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -154,6 +155,9 @@ func Start(ctx context.Context, cfg Config, reg *events.Registry, o Options) (*R
 	// requests with timeouts for a while: try again rather than exit.
 	err = retryStartup(ctx, rt.Log, "the event stream", func(ctx context.Context) (err error) {
 		rt.Store, err = events.NewJetStreamStore(ctx, js, reg, events.StreamOptions{Replicas: cfg.StreamReplicas})
+		if err == nil {
+			rt.Store.SetDefaultActor("service:" + cfg.Service)
+		}
 		return err
 	})
 	if err != nil {
@@ -210,13 +214,39 @@ func (rt *Runtime) Close(ctx context.Context) {
 	}
 }
 
+// Timeouts of every HTTP server a service starts with Serve.
+var (
+	ReadTimeout  = 30 * time.Second
+	WriteTimeout = 60 * time.Second
+	IdleTimeout  = 2 * time.Minute
+)
+
+// liftStreamDeadline lifts the write deadline of event streams (a client
+// that asks for text/event-stream): they outlive any WriteTimeout by
+// design, and this writer is the server's own, so the deadline always
+// reaches the connection whatever wraps it further down.
+func liftStreamDeadline(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
+			_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
 // Serve listens on addr and serves h until Shutdown.
 func Serve(addr string, h http.Handler, log *slog.Logger) (*http.Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listening on %s: %w", addr, err)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: liftStreamDeadline(h), ReadHeaderTimeout: 10 * time.Second,
+		// A slow client cannot hold a connection: the whole request must
+		// arrive within ReadTimeout and the answer leave within
+		// WriteTimeout (a stream, such as an operation log over SSE,
+		// lifts its own write deadline), and idle keep-alive
+		// connections close.
+		ReadTimeout: ReadTimeout, WriteTimeout: WriteTimeout, IdleTimeout: IdleTimeout}
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("http server stopped", "addr", addr, "err", err)

@@ -3,10 +3,12 @@ package adapters
 import (
 	"context"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/anvil-fleet/anvil/libs/events"
 	"github.com/anvil-fleet/anvil/libs/events/errs"
 	regapi "github.com/anvil-fleet/anvil/services/registry/api"
 	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
@@ -19,8 +21,17 @@ type Registry struct{ Client regapi.Client }
 // NewRegistry returns a registry client on nc.
 func NewRegistry(nc *nats.Conn) Registry { return Registry{Client: regapi.Client{NC: nc}} }
 
+// asMachine records the machine as the actor of what the registry appends
+// for its boots and reports (machine:<uuid>), unless ctx names one.
+func asMachine(ctx context.Context, uuid string) context.Context {
+	if events.Actor(ctx) != "" || uuid == "" {
+		return ctx
+	}
+	return events.WithActor(ctx, "machine:"+strings.ToLower(uuid))
+}
+
 func (r Registry) SelfRegister(ctx context.Context, req regapi.SelfRegister) (regapi.SelfRegisterReply, error) {
-	return r.Client.SelfRegister(ctx, req)
+	return r.Client.SelfRegister(asMachine(ctx, req.UUID), req)
 }
 
 func (r Registry) GetMachine(ctx context.Context, org, uuid string) (regapi.Machine, error) {
@@ -54,10 +65,10 @@ func (r Registry) GetMachineAt(ctx context.Context, org, uuid string, seq uint64
 }
 
 func (r Registry) Heartbeat(ctx context.Context, org, uuid string, at time.Time) error {
-	return r.Client.Heartbeat(ctx, regapi.Heartbeat{Org: org, UUID: uuid, At: at})
+	return r.Client.Heartbeat(asMachine(ctx, uuid), regapi.Heartbeat{Org: org, UUID: uuid, At: at})
 }
 
 func (r Registry) Command(ctx context.Context, org, uuid string, cmd machine.Command) error {
-	_, err := r.Client.Machine(ctx, org, uuid, cmd, 0)
+	_, err := r.Client.Machine(asMachine(ctx, uuid), org, uuid, cmd, 0)
 	return err
 }

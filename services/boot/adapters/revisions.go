@@ -121,6 +121,7 @@ type IgnitionCache struct {
 	order *list.List // front: most recently used
 	items map[string]*list.Element
 	gen   map[string]uint64 // per organization, bumped on invalidation
+	epoch uint64            // bumped by InvalidateAll
 }
 
 type cacheEntry struct {
@@ -192,17 +193,19 @@ func (c *IgnitionCache) get(key string) (app.Rendered, bool) {
 	return e.val, true
 }
 
+// generation grows whenever the organization's entries or all entries are
+// invalidated (both counters only grow, so their sum changes with either).
 func (c *IgnitionCache) generation(org string) uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.gen[org]
+	return c.gen[org] + c.epoch
 }
 
 func (c *IgnitionCache) put(key, org string, gen uint64, r app.Rendered) {
 	size := int64(len(r.Ignition) + len(key) + len(r.MachineRevisionID) + 128)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.gen[org] != gen || size > c.maxBytes {
+	if c.gen[org]+c.epoch != gen || size > c.maxBytes {
 		return // invalidated while rendering, or too big to keep
 	}
 	if el, ok := c.items[key]; ok {
@@ -237,6 +240,20 @@ func (c *IgnitionCache) InvalidateOrg(org string) {
 			c.remove(el)
 			cacheEvictions.WithLabelValues("invalidated").Inc()
 		}
+		el = next
+	}
+}
+
+// InvalidateAll drops every entry, and makes renders under way not be
+// cached: an asset they name changed.
+func (c *IgnitionCache) InvalidateAll() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.epoch++
+	for el := c.order.Front(); el != nil; {
+		next := el.Next()
+		c.remove(el)
+		cacheEvictions.WithLabelValues("invalidated").Inc()
 		el = next
 	}
 }

@@ -1,7 +1,8 @@
 // Package api is the boot service's contract with the other services: the
 // events through which the rollout service asks a machine's agent to reboot,
 // and the queries (NATS request/reply, queue group "boot") that show what
-// became of such an instruction and a machine's startup log.
+// became of such an instruction and a machine's startup log, and that
+// resolve the files machines fetch (assets.go).
 //
 // It depends only on libs/events and nats.go, so that the rollout service
 // and the gateway can import it without pulling in the boot service.
@@ -33,7 +34,7 @@ const (
 )
 
 // Subjects lists every subject, for NATS permissions and tests.
-var Subjects = []string{SubjectInstructionGet, SubjectInstructionList, SubjectStartupLog}
+var Subjects = []string{SubjectInstructionGet, SubjectInstructionList, SubjectStartupLog, SubjectAssetsResolve}
 
 // Instruction kinds.
 const (

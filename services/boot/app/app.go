@@ -91,6 +91,12 @@ type StartupLogs interface {
 
 // Settings are the configured behaviours.
 type Settings struct {
+	// PublicURL is the boot service's configured public URL (empty: each
+	// request's Host); resolved assets' URLs are under it.
+	PublicURL string
+	// AssetsDir is the assets directory ("" if none), named in the reasons
+	// a missing asset is given.
+	AssetsDir string
 	// AssetBaseURL is the template of the Flatcar PXE images' directory
 	// (see ipxe.AssetBase); one starting with "/" is relative to the boot
 	// service's own base URL.
@@ -114,10 +120,12 @@ type App struct {
 	Renderer    IgnitionSource
 	Records     Records
 	StartupLogs StartupLogs
-	Keys        signing.Keys
-	Settings    Settings
-	Log         *slog.Logger
-	Now         func() time.Time
+	// Assets is the index of the assets directory (nil: none configured).
+	Assets   Assets
+	Keys     signing.Keys
+	Settings Settings
+	Log      *slog.Logger
+	Now      func() time.Time
 	// Rand returns a number in [0,1) that spreads retry delays.
 	Rand func() float64
 }
@@ -156,13 +164,11 @@ func (a *App) backoff(attempt int) int {
 	return ipxe.Backoff(attempt, a.Settings.RetryInitial, a.Settings.RetryMax, a.Rand())
 }
 
-// hostname is what a machine is called in its Ignition config: the name an
-// operator gave it, or else its UUID (unique, and a valid DNS label).
+// hostname is what a machine is called in its Ignition config: its node
+// name as the registry derives it (the name an operator gave it, or else
+// its UUID), so that its Ignition, its Node and the API agree.
 func hostname(m regapi.Machine) string {
-	if m.Hostname != "" {
-		return m.Hostname
-	}
-	return m.UUID
+	return machine.NodeNameOf(m.Hostname, m.UUID)
 }
 
 // update applies fn to a copy of rec first, and writes through Records

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"time"
 
 	"github.com/anvil-fleet/anvil/services/boot/domain/ipxe"
 	"github.com/anvil-fleet/anvil/services/boot/domain/signing"
@@ -25,7 +26,12 @@ func (a *App) MachineScript(ctx context.Context, req ScriptRequest) Script {
 		return a.refuse(ctx, endpoint, ref, q.Attempt, retry)
 	}
 	now := a.Now()
-	reply, err := a.Registry.SelfRegister(ctx, regapi.SelfRegister{EnrollmentToken: q.Token, UUID: q.UUID, MAC: q.MAC, At: now})
+	// The delay before the firmware asks again is fixed before the
+	// registry hears of the boot, so that it knows until when a machine
+	// waiting in this loop is alive (the rollout's sanity checks).
+	delay := a.backoff(q.Attempt)
+	reply, err := a.Registry.SelfRegister(ctx, regapi.SelfRegister{EnrollmentToken: q.Token, UUID: q.UUID, MAC: q.MAC, At: now,
+		RetryIn: time.Duration(delay) * time.Second})
 	if err != nil {
 		return a.refuse(ctx, endpoint, registryRefusal(err), q.Attempt, retry, "uuid", q.UUID, "err", err)
 	}
@@ -37,7 +43,6 @@ func (a *App) MachineScript(ctx context.Context, req ScriptRequest) Script {
 
 	if waiting := waitReason(m); waiting != "" {
 		ipxeScripts.WithLabelValues("wait").Inc()
-		delay := a.backoff(q.Attempt)
 		log.DebugContext(ctx, "machine waits", "why", waiting, "attempt", q.Attempt, "retry_in_s", delay)
 		msgs := []string{fmt.Sprintf("machine %s is registered in organization %s (status %s)", m.UUID, m.Org, m.Status), waiting}
 		return Script{Body: ipxe.WaitScript(msgs, delay, q.Attempt, retry), Kind: "wait"}
@@ -65,7 +70,7 @@ func (a *App) MachineScript(ctx context.Context, req ScriptRequest) Script {
 		AssetBase:   assets,
 		IgnitionURL: ipxe.IgnitionURL(req.IgnitionBase, m.UUID, tok),
 		KernelArgs:  a.Settings.KernelArgs,
-		RetryDelay:  a.backoff(q.Attempt),
+		RetryDelay:  delay,
 		Attempt:     q.Attempt,
 		RetryURL:    retry,
 	})
@@ -86,7 +91,7 @@ func waitReason(m regapi.Machine) string {
 	case m.Pool == "":
 		return "waiting to be assigned to a machine pool"
 	case m.TargetRevision == 0:
-		return fmt.Sprintf("assigned to pool %s; waiting for a revision to be rolled out to it", m.Pool)
+		return fmt.Sprintf("assigned to pool %s; it provisions itself with the pool's applied revision (waiting for it, or for the pool's first Save & Apply)", m.Pool)
 	case m.TargetRevision > math.MaxInt32:
 		return fmt.Sprintf("its target revision %d is out of range", m.TargetRevision)
 	}

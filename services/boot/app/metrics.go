@@ -26,6 +26,10 @@ var (
 		Name: "anvil_boot_ignition_refusals_total",
 		Help: "Ignition requests refused, by reason.",
 	}, []string{"reason"})
+	assetsServed = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "anvil_boot_assets_served_total",
+		Help: "Asset files served (GET /assets/, /sysext/, /flatcar/), by kind: agent, sysext, flatcar.",
+	}, []string{"kind"})
 	recordFailures = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "anvil_boot_record_failures_total",
 		Help: "Firmware or agent events that could not be recorded in the registry (the request was still answered), by what.",

@@ -5,6 +5,8 @@ package ports
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,8 +14,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -24,6 +24,7 @@ import (
 	agentapi "github.com/anvil-fleet/anvil/agent/api"
 	"github.com/anvil-fleet/anvil/libs/events/errs"
 	"github.com/anvil-fleet/anvil/libs/events/svc"
+	bootapi "github.com/anvil-fleet/anvil/services/boot/api"
 	"github.com/anvil-fleet/anvil/services/boot/app"
 	"github.com/anvil-fleet/anvil/services/boot/domain/ipxe"
 )
@@ -56,10 +57,8 @@ type HTTPOptions struct {
 	// PlainSecrets lets the plain listener serve /ignition and the agent
 	// API although a TLS listener exists.
 	PlainSecrets bool
-	// AssetsDir, if set, is served under /assets/, /sysext/ and /flatcar/.
-	AssetsDir string
-	Health    *svc.Health
-	Log       *slog.Logger
+	Health       *svc.Health
+	Log          *slog.Logger
 }
 
 type server struct {
@@ -89,12 +88,12 @@ func NewHTTP(a *app.App, o HTTPOptions) http.Handler {
 	mux.HandleFunc("/agent/", func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusNotFound, "no such agent API call", nil)
 	})
-	if o.AssetsDir != "" {
-		for _, dir := range []string{"assets", "sysext", "flatcar"} {
-			mux.Handle("GET /"+dir+"/", http.StripPrefix("/"+dir+"/", http.FileServer(noListing{http.Dir(filepath.Join(o.AssetsDir, dir))})))
-		}
+	// The files machines fetch, from the asset index (only names that
+	// api.ParseAsset accepts; no listings).
+	for _, dir := range []string{bootapi.AgentDir, bootapi.SysextDir, bootapi.FlatcarDir} {
+		mux.HandleFunc("GET /"+dir+"/", s.asset)
 	}
-	return otelhttp.NewHandler(recoverer(s.log, mux), "boot",
+	return otelhttp.NewHandler(accessLog(s.log, recoverer(s.log, mux)), "boot",
 		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
 			if r.Pattern != "" {
 				return r.Pattern
@@ -279,6 +278,41 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 	return nil
 }
 
+// ---- assets ----
+
+// asset serves a file of the asset index with http.ServeContent: Range
+// requests, conditional requests on the ETag (the file's sha512) and on
+// the modification time, HEAD, and Content-Length. Repr-Digest (RFC 9530)
+// carries the same sha512 that the rendered Ignition verifies.
+func (s *server) asset(w http.ResponseWriter, r *http.Request) {
+	name := strings.TrimPrefix(r.URL.Path, "/")
+	f, err := s.app.OpenAsset(r.Context(), name)
+	if err != nil {
+		// The details (paths on this host, the mirror's answer) are in the
+		// log and in the resolve query's reasons, not for anyone who asks.
+		switch e := errs.As(err); e.Kind {
+		case errs.KindNotFound:
+			http.Error(w, "no such asset", http.StatusNotFound)
+		case errs.KindUnavailable:
+			w.Header().Set("Retry-After", "10")
+			http.Error(w, "this file is being fetched from the boot service's sysext mirror, or fetching it failed; try again", http.StatusServiceUnavailable)
+		default:
+			s.log.ErrorContext(r.Context(), "serving an asset failed", "asset", name, "err", err)
+			http.Error(w, "internal error", http.StatusInternalServerError)
+		}
+		return
+	}
+	defer f.Close()
+	info := f.Info()
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("ETag", `"`+info.Hash+`"`)
+	w.Header().Set("Cache-Control", "no-cache") // revalidate: a file may be replaced
+	if sum, err := hex.DecodeString(strings.TrimPrefix(info.Hash, "sha512-")); err == nil {
+		w.Header().Set("Repr-Digest", "sha-512=:"+base64.StdEncoding.EncodeToString(sum)+":")
+	}
+	http.ServeContent(w, r, "", info.ModTime, f)
+}
+
 // ---- responses ----
 
 func writeResult(w http.ResponseWriter, err error) {
@@ -315,7 +349,34 @@ func writeError(w http.ResponseWriter, err error) {
 }
 
 func writeProblem(w http.ResponseWriter, status int, detail string, fields []agentapi.FieldError) {
-	writeProblemKind(w, status, strings.ReplaceAll(strings.ToLower(http.StatusText(status)), " ", "_"), detail, fields)
+	writeProblemKind(w, status, kindOfStatus(status), detail, fields)
+}
+
+// kindOfStatus names a status with the problem vocabulary every service
+// shares (errs.ProblemType), so that the boot service's 404 is the
+// gateway's "not-found".
+func kindOfStatus(status int) string {
+	switch status {
+	case http.StatusUnprocessableEntity, http.StatusBadRequest:
+		return string(errs.KindValidation)
+	case http.StatusNotFound:
+		return string(errs.KindNotFound)
+	case http.StatusConflict:
+		return string(errs.KindConflict)
+	case http.StatusPreconditionFailed:
+		return string(errs.KindPrecondition)
+	case http.StatusForbidden:
+		return string(errs.KindForbidden)
+	case http.StatusUnauthorized:
+		return string(errs.KindUnauthorized)
+	case http.StatusServiceUnavailable:
+		return string(errs.KindUnavailable)
+	case http.StatusRequestEntityTooLarge:
+		return "too_large"
+	case http.StatusMethodNotAllowed:
+		return "method_not_allowed"
+	}
+	return string(errs.KindInternal)
 }
 
 func writeProblemKind(w http.ResponseWriter, status int, kind, detail string, fields []agentapi.FieldError) {
@@ -323,7 +384,7 @@ func writeProblemKind(w http.ResponseWriter, status int, kind, detail string, fi
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(problem{
-		Type: "https://anvil.dev/problems/" + kind, Title: http.StatusText(status), Status: status, Detail: detail, Errors: fields,
+		Type: errs.ProblemType(errs.Kind(kind)), Title: http.StatusText(status), Status: status, Detail: detail, Errors: fields,
 	})
 }
 
@@ -351,17 +412,63 @@ func recoverer(log *slog.Logger, next http.Handler) http.Handler {
 	})
 }
 
-// noListing serves files but no directory listings.
-type noListing struct{ fs http.FileSystem }
-
-func (n noListing) Open(name string) (http.File, error) {
-	f, err := n.fs.Open(name)
-	if err != nil {
-		return nil, err
-	}
-	if st, err := f.Stat(); err == nil && st.IsDir() {
-		_ = f.Close()
-		return nil, os.ErrNotExist
-	}
-	return f, nil
+// accessLog writes one line per request ("request served": method, path
+// without its query — per-boot tokens and enrollment tokens travel
+// there — status, bytes, duration). What machines fetch (scripts,
+// Ignition, assets) and every failure log at info; the agent's routine
+// successes (heartbeats, polls) at debug, as they come every few seconds
+// from every machine.
+func accessLog(log *slog.Logger, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+		next.ServeHTTP(sw, r)
+		level := slog.LevelInfo
+		if sw.status < 400 && strings.HasPrefix(r.URL.Path, "/agent/") {
+			level = slog.LevelDebug
+		}
+		log.Log(r.Context(), level, "request served", "method", r.Method, "path", r.URL.Path, "status", sw.status,
+			"bytes", sw.bytes, "duration_ms", time.Since(start).Milliseconds(), "remote", r.RemoteAddr)
+	})
 }
+
+// statusWriter records the status and the size of an answer.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+	bytes  int64
+	wrote  bool
+}
+
+func (w *statusWriter) WriteHeader(status int) {
+	if !w.wrote {
+		w.status, w.wrote = status, true
+	}
+	w.ResponseWriter.WriteHeader(status)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	w.wrote = true
+	n, err := w.ResponseWriter.Write(b)
+	w.bytes += int64(n)
+	return n, err
+}
+
+// ReadFrom keeps the server's sendfile path for large files (sysexts,
+// Flatcar images) while counting the bytes.
+func (w *statusWriter) ReadFrom(r io.Reader) (int64, error) {
+	w.wrote = true
+	var n int64
+	var err error
+	if rf, ok := w.ResponseWriter.(io.ReaderFrom); ok {
+		n, err = rf.ReadFrom(r)
+	} else {
+		n, err = io.Copy(w.ResponseWriter, r)
+	}
+	w.bytes += n
+	return n, err
+}
+
+// Unwrap lets http.ResponseController reach the connection (deadlines,
+// flushes).
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

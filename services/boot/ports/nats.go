@@ -12,13 +12,21 @@ import (
 	"github.com/anvil-fleet/anvil/services/boot/app"
 )
 
-// RegisterQueries serves api.Subjects on srv.
+// RegisterQueries serves api.Subjects on srv. The asset query is served
+// only by a replica with an assets directory: one that cannot serve the
+// files must not answer for the replicas that can (the queue group gives
+// each request to one replica), so without any, the caller hears that no
+// boot service answers.
 func RegisterQueries(srv *command.Server, a *app.App) error {
-	return errors.Join(
+	err := errors.Join(
 		command.Handle(srv, api.SubjectInstructionGet, a.GetInstruction),
 		command.Handle(srv, api.SubjectInstructionList, a.ListInstructions),
 		command.Handle(srv, api.SubjectStartupLog, a.GetStartupLog),
 	)
+	if a.Assets != nil {
+		err = errors.Join(err, command.Handle(srv, api.SubjectAssetsResolve, a.ResolveAssets))
+	}
+	return err
 }
 
 // InstructionsHandler is the durable name prefix of the instruction

@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/anvil-fleet/anvil/services/boot/service"
 	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
 )
 
@@ -21,14 +20,7 @@ import (
 // oversized requests: the iPXE endpoints answer a valid script with 200
 // every time, the others a 4xx problem; nothing answers 5xx or panics.
 func TestBadInputNeverFails(t *testing.T) {
-	assets := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(assets, "assets"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(assets, "assets", "anvil-agent-linux-amd64"), []byte("agent"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	s := newStack(t, func(o *stackOptions) { o.boot = func(c *service.Config) { c.AssetsDir = assets } })
+	s := newStack(t)
 	enroll := s.org("acme")
 	s.pool("acme", "workers")
 	uuid := uuidN(80)
@@ -118,8 +110,12 @@ func TestBadInputNeverFails(t *testing.T) {
 		{http.MethodGet, "/agent/", "", ""},
 		{http.MethodPost, "/agent/v1/machines/not-a-uuid/heartbeat", auth, "{}"},
 		{http.MethodGet, "/assets/../../etc/passwd", "", ""},
+		{http.MethodGet, "/assets/%2e%2e/%2e%2e/etc/passwd", "", ""},
 		{http.MethodGet, "/assets/", "", ""},
 		{http.MethodGet, "/sysext/missing.raw", "", ""},
+		{http.MethodGet, "/sysext/kubernetes-v9.9.9-x86-64.raw", "", ""},
+		{http.MethodGet, "/flatcar/stable/..%2f..%2f/x", "", ""},
+		{http.MethodPost, "/assets/anvil-agent-linux-amd64", "", "x"},
 		{http.MethodGet, "/nope", "", ""},
 	}
 	for _, c := range calls {
@@ -137,7 +133,11 @@ func TestBadInputNeverFails(t *testing.T) {
 			t.Errorf("%s: %d without a problem document (%s)", name, r.status, r.header.Get("Content-Type"))
 		}
 	}
-	if r := s.get(s.url + "/assets/anvil-agent-linux-amd64"); r.status != http.StatusOK || r.body != "agent" {
+	agentBin, err := os.ReadFile(filepath.Join(s.assets, "assets", "anvil-agent-linux-amd64"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := s.get(s.url + "/assets/anvil-agent-linux-amd64"); r.status != http.StatusOK || r.body != string(agentBin) {
 		t.Errorf("asset: %d %q", r.status, r.body)
 	}
 	// Garbage on the wire.

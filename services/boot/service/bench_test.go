@@ -86,7 +86,7 @@ func bootStorm(b *testing.B, prepare bool) {
 	rev := benchRevision(b)
 	base := renderPerRequest{rev: rev, join: cluster.Join{APIEndpoint: "https://api.workers.example:6443",
 		BootstrapToken: secret.Secret(bootstrapTok), CACertHash: caHash},
-		opts: render.Options{BaseURL: s.url, AgentURL: s.url + "/assets/anvil-agent-linux-amd64"}}
+		opts: s.renderOptions("1.33.4")}
 	baseline := startBaseline(b, s, base)
 
 	client := &http.Client{Transport: &http.Transport{MaxIdleConns: workers, MaxIdleConnsPerHost: workers, IdleConnTimeout: time.Minute}}

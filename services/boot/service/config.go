@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/anvil-fleet/anvil/libs/events/svc"
+	"github.com/anvil-fleet/anvil/services/boot/adapters"
 	"github.com/anvil-fleet/anvil/services/boot/domain/ipxe"
 	"github.com/anvil-fleet/anvil/services/boot/domain/signing"
 )
@@ -63,10 +64,16 @@ type Config struct {
 	// /flatcar, with AssetsDir) is on the boot service itself.
 	// --asset-base-url / ANVIL_BOOT_ASSET_BASE_URL.
 	AssetBaseURL string
-	// AssetsDir, if set, is served read-only under /assets/ (the agent
-	// binary), /sysext/ (Kubernetes sysext images) and /flatcar/ (a local
-	// Flatcar mirror). --assets-dir / ANVIL_BOOT_ASSETS_DIR.
+	// AssetsDir holds the files machines fetch, served read-only and
+	// hashed (see api.ParseAsset for the names): assets/ (the agent
+	// binaries), sysext/ (Kubernetes sysext images) and flatcar/ (a local
+	// Flatcar mirror). It must exist. --assets-dir / ANVIL_BOOT_ASSETS_DIR.
 	AssetsDir string
+	// SysextMirror, if set, is where a Kubernetes sysext that AssetsDir
+	// lacks is fetched from (once, into AssetsDir/sysext/): a URL template
+	// with {version} (x.y.z) and {arch} (x86-64, arm64).
+	// --sysext-mirror / ANVIL_BOOT_SYSEXT_MIRROR.
+	SysextMirror string
 	// KernelArgs are added to Flatcar's kernel command line
 	// (space-separated; empty means DefaultKernelArgs). --kernel-args /
 	// ANVIL_BOOT_KERNEL_ARGS.
@@ -118,7 +125,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.AssetBaseURL, "asset-base-url", svc.Env("ANVIL_BOOT_ASSET_BASE_URL", DefaultAssetBaseURL),
 		"where Flatcar's PXE kernel and initrd are: a template with {channel} and {version}, or a base to which /<channel>/<version> is appended; a path such as /flatcar is on this boot service (env ANVIL_BOOT_ASSET_BASE_URL)")
 	fs.StringVar(&c.AssetsDir, "assets-dir", svc.Env("ANVIL_BOOT_ASSETS_DIR", ""),
-		"directory whose assets/, sysext/ and flatcar/ subdirectories are served under /assets/, /sysext/ and /flatcar/ (env ANVIL_BOOT_ASSETS_DIR)")
+		"directory with the files machines fetch, served and hashed: assets/anvil-agent-linux-<amd64|arm64>, sysext/kubernetes-v<x.y.z>-<x86-64|arm64>.raw, flatcar/<channel>/<version>/… (env ANVIL_BOOT_ASSETS_DIR)")
+	fs.StringVar(&c.SysextMirror, "sysext-mirror", svc.Env("ANVIL_BOOT_SYSEXT_MIRROR", ""),
+		"URL template with {version} and {arch} from which a missing Kubernetes sysext is fetched once into <assets-dir>/sysext/, e.g. https://github.com/flatcar/sysext-bakery/releases/download/kubernetes-v{version}/kubernetes-v{version}-{arch}.raw (env ANVIL_BOOT_SYSEXT_MIRROR)")
 	fs.StringVar(&c.KernelArgs, "kernel-args", svc.Env("ANVIL_BOOT_KERNEL_ARGS", DefaultKernelArgs),
 		"extra Flatcar kernel arguments, space-separated (env ANVIL_BOOT_KERNEL_ARGS)")
 	fs.StringVar(&c.SigningKeys, "signing-keys", svc.Env("ANVIL_BOOT_SIGNING_KEYS", ""),
@@ -202,9 +211,26 @@ func (c Config) withDefaults() (Config, error) {
 			add("tls-listen", "ANVIL_BOOT_TLS_ADDR", err)
 		}
 	}
+	if c.AssetsDir != "" {
+		if st, err := os.Stat(c.AssetsDir); err != nil {
+			add("assets-dir", "ANVIL_BOOT_ASSETS_DIR", fmt.Errorf("%v (create it, or run `make assets`, which builds the agent into one)", err))
+		} else if !st.IsDir() {
+			add("assets-dir", "ANVIL_BOOT_ASSETS_DIR", fmt.Errorf("%s is not a directory", c.AssetsDir))
+		}
+	}
+	if c.SysextMirror != "" {
+		if err := adapters.CheckMirrorTemplate(c.SysextMirror); err != nil {
+			add("sysext-mirror", "ANVIL_BOOT_SYSEXT_MIRROR", err)
+		} else if c.AssetsDir == "" {
+			add("sysext-mirror", "ANVIL_BOOT_SYSEXT_MIRROR", errors.New("needs --assets-dir / ANVIL_BOOT_ASSETS_DIR, where fetched images are kept"))
+		}
+	}
 	template := c.AssetBaseURL
 	if strings.HasPrefix(template, "/") {
 		template = "http://boot.example" + template
+		if c.AssetsDir == "" {
+			add("asset-base-url", "ANVIL_BOOT_ASSET_BASE_URL", fmt.Errorf("%s is a path on this boot service, served from --assets-dir / ANVIL_BOOT_ASSETS_DIR, which is not set", c.AssetBaseURL))
+		}
 	}
 	if err := ipxe.CheckAssetTemplate(template); err != nil {
 		add("asset-base-url", "ANVIL_BOOT_ASSET_BASE_URL", err)
@@ -226,6 +252,14 @@ func (c Config) withDefaults() (Config, error) {
 		return c, errors.New(strings.Join(problems, "; "))
 	}
 	return c, nil
+}
+
+// Validate checks the configuration as Start would, without starting
+// anything (the dev stack checks its settings before it starts the
+// services). Errors name the flag and the variable.
+func (c Config) Validate() error {
+	_, err := c.withDefaults()
+	return err
 }
 
 func (c Config) kernelArgs() []string { return strings.Fields(c.KernelArgs) }

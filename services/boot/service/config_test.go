@@ -1,6 +1,8 @@
 package service
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -14,7 +16,7 @@ func TestConfigDefaultsAndErrors(t *testing.T) {
 		len(c.kernelArgs()) != 2 || c.IgnitionCacheBytes != DefaultCacheBytes || c.Service != Name {
 		t.Errorf("defaults: %+v", c)
 	}
-	if _, err := (Config{AssetBaseURL: "/flatcar"}).withDefaults(); err != nil {
+	if _, err := (Config{AssetBaseURL: "/flatcar", AssetsDir: t.TempDir()}).withDefaults(); err != nil {
 		t.Errorf("a relative asset path: %v", err)
 	}
 	_, err = Config{
@@ -30,5 +32,39 @@ func TestConfigDefaultsAndErrors(t *testing.T) {
 	}
 	if err != nil && strings.Contains(err.Error(), "Zm9vYmFy") {
 		t.Error("the error quotes the key")
+	}
+}
+
+// TestConfigAssets: the public URL must be an absolute http(s) URL, the
+// assets directory must exist and be a directory, and the settings that
+// need it say so; every refusal names the flag and the variable.
+func TestConfigAssets(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "a-file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mirror := "https://mirror.example/kubernetes-v{version}-{arch}.raw"
+	for name, c := range map[string]struct {
+		cfg  Config
+		want string
+	}{
+		"public URL without scheme": {Config{PublicURL: "boot.example:8081"}, "--public-url / ANVIL_BOOT_PUBLIC_URL: must be an absolute http(s) URL"},
+		"public URL ftp":            {Config{PublicURL: "ftp://boot.example"}, "--public-url / ANVIL_BOOT_PUBLIC_URL"},
+		"public URL relative":       {Config{PublicURL: "/boot"}, "--public-url / ANVIL_BOOT_PUBLIC_URL"},
+		"assets dir missing":        {Config{AssetsDir: filepath.Join(dir, "nope")}, "--assets-dir / ANVIL_BOOT_ASSETS_DIR: stat"},
+		"assets dir is a file":      {Config{AssetsDir: file}, "--assets-dir / ANVIL_BOOT_ASSETS_DIR: " + file + " is not a directory"},
+		"mirror without arch":       {Config{AssetsDir: dir, SysextMirror: "https://m.example/k-{version}.raw"}, "--sysext-mirror / ANVIL_BOOT_SYSEXT_MIRROR: must contain {version} and {arch}"},
+		"mirror not http":           {Config{AssetsDir: dir, SysextMirror: "file:///k-{version}-{arch}.raw"}, "--sysext-mirror / ANVIL_BOOT_SYSEXT_MIRROR"},
+		"mirror without assets dir": {Config{SysextMirror: mirror}, "--sysext-mirror / ANVIL_BOOT_SYSEXT_MIRROR: needs --assets-dir"},
+		"local Flatcar without dir": {Config{AssetBaseURL: "/flatcar"}, "--asset-base-url / ANVIL_BOOT_ASSET_BASE_URL"},
+	} {
+		err := c.cfg.Validate()
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want it to say %q", name, err, c.want)
+		}
+	}
+	if err := (Config{PublicURL: "http://10.0.0.5:8081/", AssetsDir: dir, SysextMirror: mirror}).Validate(); err != nil {
+		t.Errorf("good settings: %v", err)
 	}
 }

@@ -24,6 +24,8 @@ import (
 	"github.com/anvil-fleet/anvil/libs/events"
 	"github.com/anvil-fleet/anvil/libs/events/eventstest"
 	"github.com/anvil-fleet/anvil/libs/events/svc"
+	bootapi "github.com/anvil-fleet/anvil/services/boot/api"
+	"github.com/anvil-fleet/anvil/services/boot/api/simassets"
 	"github.com/anvil-fleet/anvil/services/boot/domain/ipxe"
 	"github.com/anvil-fleet/anvil/services/boot/service"
 	regapi "github.com/anvil-fleet/anvil/services/registry/api"
@@ -31,6 +33,7 @@ import (
 	"github.com/anvil-fleet/anvil/services/registry/domain/token"
 	regservice "github.com/anvil-fleet/anvil/services/registry/service"
 	revapi "github.com/anvil-fleet/anvil/services/revisions/api"
+	"github.com/anvil-fleet/anvil/services/revisions/domain/render"
 	revservice "github.com/anvil-fleet/anvil/services/revisions/service"
 )
 
@@ -65,6 +68,9 @@ type stack struct {
 	ctx   context.Context
 	clock *clock
 	logs  *eventstest.SyncBuffer // every service's logs
+	// assets is the boot service's assets directory, with the simulator's
+	// assets for k8sVersions (simassets) unless a test's options changed it.
+	assets string
 
 	stopRegistry, stopRevisions, stopBoot func()
 }
@@ -99,11 +105,16 @@ func newStack(t testing.TB, opts ...func(*stackOptions)) *stack {
 
 	// boot, first: the revisions service renders its URL into Ignition
 	bready := make(chan *service.Service, 1)
+	assets, err := simassets.Dir(t.TempDir(), k8sVersions)
+	if err != nil {
+		t.Fatal(err)
+	}
 	cfg := service.Config{Config: svc.Config{Service: service.Name}, Listen: o.bootListen, SigningKeys: signingKey,
-		RetryInitial: time.Second, RetryMax: 4 * time.Second, AssetBaseURL: "http://mirror.test/flatcar"}
+		RetryInitial: time.Second, RetryMax: 4 * time.Second, AssetBaseURL: "http://mirror.test/flatcar", AssetsDir: assets}
 	if o.boot != nil {
 		o.boot(&cfg)
 	}
+	s.assets = cfg.AssetsDir
 	hooks := o.hooks
 	hooks.Ready = bready
 	if hooks.Now == nil {
@@ -218,6 +229,21 @@ func (s *stack) newRevision(org, pool, flatcar string) int {
 		s.t.Fatalf("update pool: %+v %v", c, err)
 	}
 	return c.RevisionCreated
+}
+
+// renderOptions are the options the revisions service renders a revision
+// of the given Kubernetes version with: the boot service's URL and its
+// files as it resolves them over NATS.
+func (s *stack) renderOptions(version string) render.Options {
+	s.t.Helper()
+	agent, _ := bootapi.AgentAsset("amd64")
+	sysext, _ := bootapi.SysextAsset(version, "x86-64")
+	r, err := bootapi.ResolveAssets(s.ctx, s.nc, bootapi.ResolveAssetsRequest{Names: []string{agent, sysext}})
+	if err != nil || len(r.Assets) != 2 || r.Assets[0].Status != bootapi.AssetReady || r.Assets[1].Status != bootapi.AssetReady {
+		s.t.Fatalf("resolving %s and %s: %+v %v", agent, sysext, r, err)
+	}
+	return render.Options{BaseURL: s.url, Arch: "x86-64",
+		AgentURL: s.url + r.Assets[0].Path, AgentHash: r.Assets[0].Hash, SysextURL: s.url + r.Assets[1].Path, SysextHash: r.Assets[1].Hash}
 }
 
 // assign puts a machine into a pool with a target revision.

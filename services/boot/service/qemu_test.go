@@ -35,15 +35,13 @@ func TestRealFirmware(t *testing.T) {
 		t.Skip("boots a virtual machine; skipped with -short")
 	}
 	started := time.Now()
-	assets := t.TempDir() // an empty Flatcar mirror
-	if err := os.MkdirAll(filepath.Join(assets, "flatcar"), 0o755); err != nil {
+	// The simulator's assets and an empty Flatcar mirror.
+	s := newStack(t, func(o *stackOptions) {
+		o.boot = func(c *service.Config) { c.AssetBaseURL = "/flatcar" }
+	})
+	if err := os.MkdirAll(filepath.Join(s.assets, "flatcar"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	s := newStack(t, func(o *stackOptions) {
-		o.boot = func(c *service.Config) {
-			c.AssetsDir, c.AssetBaseURL = assets, "/flatcar"
-		}
-	})
 	enroll := s.org("acme")
 	s.pool("acme", "workers")
 	const uuid = "4c4c4544-0035-4b10-8056-b7c04f4e35a1"

@@ -10,7 +10,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"path/filepath"
+	"slices"
 	"time"
+
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 
 	"github.com/anvil-fleet/anvil/libs/events"
 	"github.com/anvil-fleet/anvil/libs/events/command"
@@ -43,6 +47,8 @@ type Service struct {
 	Cache *adapters.IgnitionCache
 	// Preparer renders Ignition ahead of boots (nil when disabled).
 	Preparer *app.Preparer
+	// Assets is the index of the assets directory.
+	Assets *adapters.AssetIndex
 }
 
 // prepareQueue bounds the machines waiting to be rendered ahead.
@@ -108,13 +114,27 @@ func Start(ctx context.Context, cfg Config, o svc.Options, h Hooks) error {
 		go s.Cache.WatchClusters(bg, rt.JS, log)
 		renderer = s.Cache
 	}
+	s.Assets = newAssetIndex(cfg, log, func(name string) {
+		// A file changed in place: configs rendered with its old hash
+		// would fail Ignition's verification, so none is served again.
+		if s.Cache != nil {
+			s.Cache.InvalidateAll()
+		}
+	})
 	a := &app.App{
 		Registry: adapters.NewRegistry(rt.Conn), Revisions: revisions, Renderer: renderer,
 		Records: records, StartupLogs: startupLogs, Keys: keys, Log: log, Now: h.Now,
 		Settings: app.Settings{
+			PublicURL: cfg.PublicURL, AssetsDir: cfg.AssetsDir,
 			AssetBaseURL: cfg.AssetBaseURL, KernelArgs: cfg.kernelArgs(), BootTokenTTL: cfg.BootTokenTTL,
 			RetryInitial: cfg.RetryInitial, RetryMax: cfg.RetryMax, InstructionTTL: cfg.InstructionTTL,
 		},
+	}
+	if cfg.AssetsDir != "" {
+		a.Assets = s.Assets
+		go indexAssets(bg, s.Assets, cfg, log)
+	} else {
+		log.Warn("no --assets-dir / ANVIL_BOOT_ASSETS_DIR: this boot service serves no agent binary and no Kubernetes sysext and does not answer cmd.boot.assets.resolve, so no pool revision can be saved unless another replica has them; `make assets` builds the agent (see docs/boot.md)")
 	}
 	a.Defaults()
 	s.App = a
@@ -176,7 +196,7 @@ func Start(ctx context.Context, cfg Config, o svc.Options, h Hooks) error {
 	}
 	opts := ports.HTTPOptions{
 		PublicURL: cfg.PublicURL, TLSConfigured: tlsLn != nil, TLSPublicURL: cfg.TLSPublicURL, TLSPort: tlsPort,
-		PlainSecrets: cfg.AllowPlainSecrets, AssetsDir: cfg.AssetsDir, Health: rt.Health, Log: log,
+		PlainSecrets: cfg.AllowPlainSecrets, Health: rt.Health, Log: log,
 	}
 	servers := []*http.Server{serve(reqCtx, plainLn, ports.NewHTTP(a, opts), log)}
 	if tlsLn != nil {
@@ -186,7 +206,8 @@ func Start(ctx context.Context, cfg Config, o svc.Options, h Hooks) error {
 	} else {
 		log.Warn("no TLS configured: Ignition (with the cluster's join token and the agent credential) and the agent API are served over plain HTTP; see docs/boot.md")
 	}
-	log.Info("started", "listen", s.Addr, "tls_listen", s.TLSAddr, "public_url", cfg.PublicURL, "asset_base_url", cfg.AssetBaseURL)
+	log.Info("started", "listen", s.Addr, "tls_listen", s.TLSAddr, "public_url", cfg.PublicURL, "asset_base_url", cfg.AssetBaseURL,
+		"assets_dir", cfg.AssetsDir, "sysext_mirror", cfg.SysextMirror)
 	if h.Ready != nil {
 		h.Ready <- s
 	}
@@ -248,4 +269,59 @@ func shutdown(servers []*http.Server, stopRequests context.CancelFunc) {
 	for _, s := range servers {
 		_ = s.Shutdown(ctx)
 	}
+}
+
+// assetRescan is how often the assets directory is rescanned for files
+// replaced in place (a rescan is a stat per file; only changed files are
+// hashed again).
+const assetRescan = 30 * time.Second
+
+func newAssetIndex(cfg Config, log *slog.Logger, onChange func(string)) *adapters.AssetIndex {
+	var mirror *adapters.SysextMirror
+	if cfg.SysextMirror != "" {
+		mirror = &adapters.SysextMirror{
+			Template: cfg.SysextMirror, Dir: filepath.Join(cfg.AssetsDir, api.SysextDir), Log: log,
+			Client: &http.Client{Transport: otelhttp.NewTransport(http.DefaultTransport)},
+		}
+	}
+	return adapters.NewAssetIndex(cfg.AssetsDir, mirror, log, onChange)
+}
+
+// indexAssets hashes what the assets directory holds, says what machines
+// will find (and what they will not), then rescans it now and then.
+func indexAssets(ctx context.Context, x *adapters.AssetIndex, cfg Config, log *slog.Logger) {
+	found, ignored, err := x.Scan(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			log.Error("indexing the assets directory failed", "dir", cfg.AssetsDir, "err", err)
+		}
+		return
+	}
+	var agents, sysexts []string
+	flatcar := 0
+	for _, f := range found {
+		ref, _ := api.ParseAsset(f.Name)
+		switch ref.Kind {
+		case api.KindAgent:
+			agents = append(agents, ref.GoArch)
+		case api.KindSysext:
+			sysexts = append(sysexts, ref.Version+"/"+ref.Arch)
+		default:
+			flatcar++
+		}
+	}
+	log.Info("assets indexed", "dir", cfg.AssetsDir, "agents", agents, "sysexts", sysexts, "flatcar_files", flatcar)
+	if len(ignored) > 0 {
+		log.Warn("files in the assets directory that are no asset (not served)", "files", ignored)
+	}
+	if !slices.Contains(agents, "amd64") {
+		name, _ := api.AgentAsset("amd64")
+		log.Warn("the assets directory has no agent binary for amd64: no pool revision can be saved until it does; run `make assets` or put anvil-agent there",
+			"want", filepath.Join(cfg.AssetsDir, name))
+	}
+	if len(sysexts) == 0 && cfg.SysextMirror == "" {
+		log.Warn("the assets directory has no Kubernetes sysext and no --sysext-mirror / ANVIL_BOOT_SYSEXT_MIRROR is set: saving a pool revision is refused until the sysext of its version is there (make sysext KUBERNETES_VERSION=x.y.z, or set ANVIL_BOOT_SYSEXT_MIRROR)",
+			"want", filepath.Join(cfg.AssetsDir, api.SysextDir, "kubernetes-v<x.y.z>-x86-64.raw"))
+	}
+	x.Watch(ctx, assetRescan)
 }

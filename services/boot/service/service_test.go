@@ -229,7 +229,7 @@ func TestPreRegisteredMachineBootsWithItsSettings(t *testing.T) {
 	}
 	// First boot: it takes over its configuration and waits for a revision.
 	wait := s.register("acme", uuid, mac, enroll)
-	if !strings.Contains(wait, "assigned to pool workers; waiting for a revision") {
+	if !strings.Contains(wait, "assigned to pool workers; it provisions itself with the") {
 		t.Fatalf("wait script:\n%s", wait)
 	}
 	r, err := s.reg.Machine(s.ctx, "acme", uuid, machine.SetTargetRevision{Revision: 1}, 0)

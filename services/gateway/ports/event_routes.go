@@ -93,7 +93,7 @@ func (h *handler) eventRoutes() []route {
 			eq := req.(eventQuery)
 			page := EventPage{Items: []Event{}}
 			err := h.Store.Replay(ctx, eq.filter, eq.from, eq.to, func(e *events.Envelope) error {
-				if eq.actor != "" && e.Actor != eq.actor {
+				if eq.actor != "" && !actorMatches(e.Actor, eq.actor) {
 					return nil
 				}
 				if len(page.Items) == eq.limit {
@@ -118,4 +118,20 @@ func orStar(id string) string {
 		return "x"
 	}
 	return id
+}
+
+// actorMatches says whether an event's actor is what a filter asks for:
+// the exact value ("token:t1 (ci)"), a kind ("token", "service",
+// "machine", "platform"), or a kind and a name without the token's
+// display name ("token:t1", "service:rollout", "machine:<uuid>").
+func actorMatches(actor, want string) bool {
+	switch {
+	case actor == want:
+		return true
+	case !strings.Contains(want, ":"):
+		kind, _, _ := strings.Cut(actor, ":")
+		return kind == want
+	}
+	id, _, _ := strings.Cut(actor, " ")
+	return id == want
 }

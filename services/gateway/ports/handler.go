@@ -9,6 +9,7 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"reflect"
@@ -52,6 +53,7 @@ type Deps struct {
 }
 
 type handler struct {
+	writes writeMarks
 	Deps
 	log    *slog.Logger
 	routes []route
@@ -161,9 +163,26 @@ func NewHandler(d Deps) http.Handler {
 		d.Health.Mux(mux)
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		// A path that exists under other methods answers 405 with Allow
+		// (the catch-all pattern would otherwise match every method).
+		var allow []string
+		for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+			probe := r.Clone(r.Context())
+			probe.Method = m
+			if _, pattern := mux.Handler(probe); pattern != "" && pattern != "/" {
+				allow = append(allow, m)
+			}
+		}
+		if len(allow) > 0 {
+			w.Header().Set("Allow", strings.Join(allow, ", "))
+			writeProblem(w, Problem{Type: errs.ProblemType("method_not_allowed"), Title: http.StatusText(http.StatusMethodNotAllowed),
+				Status: http.StatusMethodNotAllowed, Detail: fmt.Sprintf("%s is not allowed on %s; use %s", r.Method, r.URL.Path, strings.Join(allow, ", ")),
+				Instance: r.URL.Path})
+			return
+		}
 		writeProblem(w, problemOf(errs.NotFound("no route %s %s", r.Method, r.URL.Path), r.URL.Path))
 	})
-	return otelhttp.NewHandler(mux, "gateway", otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
+	return otelhttp.NewHandler(refuseOversized(d.BodyLimit, mux), "gateway", otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
 		// Patterns carry their method ("PUT /api/v1/…") except the
 		// catch-all; the path itself would make the span names unbounded.
 		switch {
@@ -250,4 +269,21 @@ func (h *handler) encoder(rt route) httptransport.EncodeResponseFunc {
 		w.WriteHeader(rt.Status)
 		return json.NewEncoder(w).Encode(resp)
 	}
+}
+
+// refuseOversized answers 413 at once to a request that announces a body
+// over the limit, before anything reads it: so a client sending
+// "Expect: 100-continue" gets no "100 Continue" for a body that would be
+// refused anyway.
+func refuseOversized(limit int64, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength > limit {
+			w.Header().Set("Connection", "close")
+			writeProblem(w, Problem{Type: errs.ProblemType("too_large"), Title: http.StatusText(http.StatusRequestEntityTooLarge),
+				Status: http.StatusRequestEntityTooLarge, Detail: fmt.Sprintf("the body announces %d bytes; at most %d are accepted", r.ContentLength, limit),
+				Instance: r.URL.Path})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"strings"
 
 	"github.com/anvil-fleet/anvil/libs/events/errs"
 	"github.com/anvil-fleet/anvil/services/gateway/domain"
@@ -27,7 +26,7 @@ var errTooLarge = errors.New("request body too large")
 
 func problemOf(err error, instance string) Problem {
 	if errors.Is(err, errTooLarge) {
-		return Problem{Type: "https://anvil.dev/problems/too-large", Title: "Request body too large",
+		return Problem{Type: errs.ProblemType("too_large"), Title: "Request body too large",
 			Status: http.StatusRequestEntityTooLarge, Detail: err.Error(), Instance: instance}
 	}
 	e := errs.As(err)
@@ -37,7 +36,7 @@ func problemOf(err error, instance string) Problem {
 		detail = "an internal error occurred; it has been logged"
 	}
 	return Problem{
-		Type:     "https://anvil.dev/problems/" + strings.ReplaceAll(string(e.Kind), "_", "-"),
+		Type:     errs.ProblemType(e.Kind),
 		Title:    http.StatusText(status),
 		Status:   status,
 		Detail:   detail,

@@ -11,6 +11,7 @@ import (
 	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
 	"github.com/anvil-fleet/anvil/services/registry/domain/org"
 	"github.com/anvil-fleet/anvil/services/registry/domain/token"
+	rev "github.com/anvil-fleet/anvil/services/revisions/api"
 )
 
 // Org is an organization with its ETag version.
@@ -115,6 +116,7 @@ func (h *handler) registryRoutes() []route {
 					}
 					out = got
 				}
+				h.writes.note(ctx, out.Version)
 				return Machine{Machine: out.Machine, Version: out.Version}, nil
 			},
 		}
@@ -217,7 +219,9 @@ func (h *handler) registryRoutes() []route {
 					Selector: q.Get("selector"), Cursor: q.Get("cursor"), Limit: limit}, err
 			},
 			Endpoint: func(ctx context.Context, req any) (any, error) {
-				return h.listMachinesRaw(ctx, req.(regapi.MachineList))
+				r := req.(regapi.MachineList)
+				r.MinVersion = h.writes.last(ctx)
+				return h.listMachinesRaw(ctx, r)
 			}},
 		machineRoute("POST", machines, "Pre-register a machine before its first boot", domain.RoleOperator, 201, machine.PreRegister{},
 			func(r *http.Request) ([]machine.Command, error) {
@@ -233,7 +237,9 @@ func (h *handler) registryRoutes() []route {
 				return regapi.MachineGet{Org: r.PathValue("org"), UUID: r.PathValue("uuid"), At: r.URL.Query().Get("at")}, nil
 			},
 			Endpoint: func(ctx context.Context, req any) (any, error) {
-				return h.getMachineRaw(ctx, req.(regapi.MachineGet))
+				r := req.(regapi.MachineGet)
+				r.MinVersion = h.writes.last(ctx)
+				return h.getMachineRaw(ctx, r)
 			}},
 		machineRoute("PATCH", one, "Change a machine's hostname, labels, upgrade index or control-plane flag", domain.RoleOperator, 200, MachinePatch{},
 			func(r *http.Request) ([]machine.Command, error) {
@@ -266,8 +272,22 @@ func (h *handler) registryRoutes() []route {
 		machineRoute("POST", one+"/assign", "Assign a machine to a pool", domain.RoleOperator, 200, AssignBody{},
 			func(r *http.Request) ([]machine.Command, error) {
 				var b AssignBody
-				err := readJSON(r, h.BodyLimit, &b)
-				return []machine.Command{machine.AssignToPool{Pool: b.Pool}}, err
+				if err := readJSON(r, h.BodyLimit, &b); err != nil {
+					return nil, err
+				}
+				// A machine assigned to a pool that does not exist would wait
+				// for it forever; pre-registration may name a pool created
+				// later, an assignment may not.
+				if machine.ValidatePool(b.Pool) == nil {
+					_, err := rev.GetPool(r.Context(), h.NC, rev.GetPoolRequest{Org: r.PathValue("org"), Name: b.Pool})
+					if errs.Is(err, errs.KindNotFound) {
+						return nil, errs.NotFound("pool %s does not exist in organization %s; create it first", b.Pool, r.PathValue("org"))
+					}
+					if err != nil {
+						return nil, err
+					}
+				}
+				return []machine.Command{machine.AssignToPool{Pool: b.Pool}}, nil
 			}),
 		machineRoute("POST", one+"/unassign", "Unassign a machine (drains it first)", domain.RoleOperator, 200, nil, noBody(machine.Unassign{})),
 		machineRoute("POST", one+"/force-unassign", "Unassign a machine without waiting for a drain", domain.RoleOperator, 200, nil, noBody(machine.ForceUnassign{})),

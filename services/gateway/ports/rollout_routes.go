@@ -45,7 +45,7 @@ var (
 	// of their own, which the rollout service checks.
 	statusPattern   = regexp.MustCompile(`^[a-z_]{1,32}$`)
 	rolloutStatuses = []string{"active", string(rollout.StatusPending), string(rollout.StatusRunning), string(rollout.StatusPaused), string(rollout.StatusSucceeded), string(rollout.StatusFailed), string(rollout.StatusAborted)}
-	operationKinds  = []string{rolloutapi.KindRollout, rolloutapi.KindMaintenanceEnter, rolloutapi.KindMaintenanceExit, rolloutapi.KindDeletion, rolloutapi.KindDeletionAbort, rolloutapi.KindDeletionFinish, rolloutapi.KindUnassign, rolloutapi.KindMachine}
+	operationKinds  = []string{rolloutapi.KindRollout, rolloutapi.KindMaintenanceEnter, rolloutapi.KindMaintenanceExit, rolloutapi.KindDeletion, rolloutapi.KindDeletionAbort, rolloutapi.KindDeletionFinish, rolloutapi.KindUnassign, rolloutapi.KindForceUnassignCleanup, rolloutapi.KindForcedDeletionCleanup, rolloutapi.KindMachine}
 )
 
 // checkID validates the {id} path value.

@@ -24,6 +24,7 @@ import (
 
 	"github.com/anvil-fleet/anvil/libs/events/eventstest"
 	"github.com/anvil-fleet/anvil/libs/events/svc"
+	"github.com/anvil-fleet/anvil/services/boot/api/simassets"
 	boot "github.com/anvil-fleet/anvil/services/boot/service"
 	gateway "github.com/anvil-fleet/anvil/services/gateway/service"
 	regapi "github.com/anvil-fleet/anvil/services/registry/api"
@@ -75,11 +76,19 @@ func startStack(t testing.TB, opts ...stackOption) *stack {
 	var wg sync.WaitGroup
 	t.Cleanup(func() { cancel(); wg.Wait() })
 	kube := slices.Contains(opts, forKube)
-	versions := ""
-	bootCfg := boot.Config{Config: svc.Config{Service: "boot"}, Listen: freeAddr(t)}
-	rolloutCfg := rollout.Config{Config: svc.Config{Service: "rollout"}}
+	versions := strings.Join(revisions.DefaultKubernetesVersions, ",")
 	if kube {
 		versions = "1.36.4,1.37.1"
+	}
+	// The boot service serves the simulator's assets for the catalog: the
+	// revisions service checks a revision's files with it before saving.
+	assets, err := simassets.Dir(t.TempDir(), versions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bootCfg := boot.Config{Config: svc.Config{Service: "boot"}, Listen: freeAddr(t), AssetsDir: assets}
+	rolloutCfg := rollout.Config{Config: svc.Config{Service: "rollout"}}
+	if kube {
 		bootCfg.RetryInitial, bootCfg.RetryMax = 200*time.Millisecond, time.Second
 		rolloutCfg.LeaseTTL, rolloutCfg.Poll, rolloutCfg.Replan = 3*time.Second, 500*time.Millisecond, 5*time.Second
 	}

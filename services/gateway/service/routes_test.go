@@ -102,8 +102,9 @@ func TestMachineRoutes(t *testing.T) {
 	if r := s.do("POST", base+"/"+uuid+"/maintenance/on", tn.operator, nil, nil, nil); r.status != 409 || !strings.Contains(r.problem().Detail, "has not booted") {
 		t.Fatalf("maintenance before boot: %d %s", r.status, r.body)
 	}
-	if r := s.do("POST", base+"/"+uuid+"/assign", tn.operator, map[string]any{"pool": "blue"}, nil, nil); r.status != 200 {
-		t.Fatalf("assign: %d %s", r.status, r.body)
+	// a pool that does not exist: 404, not a machine waiting forever
+	if r := s.do("POST", base+"/"+uuid+"/assign", tn.operator, map[string]any{"pool": "blue"}, nil, nil); r.status != 404 || !strings.Contains(r.problem().Detail, "pool blue does not exist") {
+		t.Fatalf("assign to a pool that does not exist: %d %s", r.status, r.body)
 	}
 	if r := s.do("DELETE", base+"/"+uuid+"?policy=sometimes", tn.operator, nil, nil, nil); r.status != 422 {
 		t.Fatalf("bad policy: %d %s", r.status, r.body)

@@ -13,6 +13,7 @@ import (
 	"github.com/anvil-fleet/anvil/libs/events/svc"
 	"github.com/anvil-fleet/anvil/services/gateway/adapters"
 	"github.com/anvil-fleet/anvil/services/gateway/ports"
+	"github.com/anvil-fleet/anvil/services/gateway/ui"
 	regapi "github.com/anvil-fleet/anvil/services/registry/api"
 )
 
@@ -37,6 +38,14 @@ type Config struct {
 	// value disables the cache (--token-cache-ttl /
 	// ANVIL_GATEWAY_TOKEN_CACHE_TTL).
 	TokenCacheTTL time.Duration
+	// ConsoleBootURL is the boot service's URL as machines reach it, for
+	// the chain URL the console shows (--console-boot-url /
+	// ANVIL_CONSOLE_BOOT_URL, else ANVIL_BOOT_PUBLIC_URL); empty: the
+	// console says it is not configured.
+	ConsoleBootURL string
+	// ConsoleSessionTTL is how long a console session lasts
+	// (--console-session-ttl / ANVIL_CONSOLE_SESSION_TTL; default 12h).
+	ConsoleSessionTTL time.Duration
 }
 
 // RegisterFlags binds the service's flags, each with an environment default.
@@ -49,6 +58,12 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.IdempotencyTTL, "idempotency-ttl", 24*time.Hour, "how long an Idempotency-Key's answer is kept (env ANVIL_GATEWAY_IDEMPOTENCY_TTL)")
 	if d, err := time.ParseDuration(os.Getenv("ANVIL_GATEWAY_IDEMPOTENCY_TTL")); err == nil {
 		c.IdempotencyTTL = d
+	}
+	fs.StringVar(&c.ConsoleBootURL, "console-boot-url", svc.Env("ANVIL_CONSOLE_BOOT_URL", os.Getenv("ANVIL_BOOT_PUBLIC_URL")),
+		"the boot service's URL as machines reach it, for the iPXE chain URL the console shows (env ANVIL_CONSOLE_BOOT_URL, else ANVIL_BOOT_PUBLIC_URL)")
+	fs.DurationVar(&c.ConsoleSessionTTL, "console-session-ttl", ui.DefaultSessionTTL, "how long a console session lasts (env ANVIL_CONSOLE_SESSION_TTL)")
+	if d, err := time.ParseDuration(os.Getenv("ANVIL_CONSOLE_SESSION_TTL")); err == nil {
+		c.ConsoleSessionTTL = d
 	}
 	fs.DurationVar(&c.TokenCacheTTL, "token-cache-ttl", DefaultTokenCacheTTL,
 		"how long a verified API token is trusted without asking the registry again; a revocation empties the cache at once; negative disables (env ANVIL_GATEWAY_TOKEN_CACHE_TTL)")
@@ -87,7 +102,12 @@ func Run(ctx context.Context, cfg Config, o svc.Options) error {
 		AdminTokenHash: cfg.AdminTokenHash, BodyLimit: cfg.BodyLimit, Health: rt.Health, Log: rt.Log,
 		TokenCacheTTL: max(cfg.TokenCacheTTL, 0),
 	})
-	srv, err := svc.Serve(cfg.Listen, h, rt.Log)
+	console, err := ui.New(ctx, ui.Options{API: h, JS: rt.JS, Replicas: cfg.StreamReplicas, Log: rt.Log,
+		BootURL: cfg.ConsoleBootURL, SessionTTL: cfg.ConsoleSessionTTL})
+	if err != nil {
+		return err
+	}
+	srv, err := svc.Serve(cfg.Listen, console.Mount(h), rt.Log)
 	if err != nil {
 		return err
 	}

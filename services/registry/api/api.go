@@ -74,6 +74,9 @@ type SelfRegister struct {
 	UUID            string    `json:"uuid"`
 	MAC             string    `json:"mac"`
 	At              time.Time `json:"at,omitzero"`
+	// RetryIn is how long the boot script will make the firmware wait
+	// before it asks again, if it is told to wait.
+	RetryIn time.Duration `json:"retry_in,omitempty"`
 }
 
 // SelfRegisterReply says which org the token belongs to and whether the
@@ -96,16 +99,23 @@ type MachineGet struct {
 	Org  string `json:"org"`
 	UUID string `json:"uuid"`
 	At   string `json:"at,omitempty"`
+	// MinVersion is the stream sequence of a machine write the caller
+	// made: the answer reflects it (the read waits, briefly, for the
+	// projection, and reads the log when the projection stays behind).
+	MinVersion uint64 `json:"min_version,omitempty"`
 }
 
 // MachineList lists machines of an org; see readmodel.Filter for paging.
 type MachineList struct {
-	Org      string `json:"org"`
-	Pool     string `json:"pool,omitempty"`
-	Status   string `json:"status,omitempty"`
-	Selector string `json:"selector,omitempty"`
-	Cursor   string `json:"cursor,omitempty"`
-	Limit    int    `json:"limit,omitempty"`
+	// MinVersion: as in MachineGet; the list waits (briefly) until the
+	// projection applied that machine write.
+	MinVersion uint64 `json:"min_version,omitempty"`
+	Org        string `json:"org"`
+	Pool       string `json:"pool,omitempty"`
+	Status     string `json:"status,omitempty"`
+	Selector   string `json:"selector,omitempty"`
+	Cursor     string `json:"cursor,omitempty"`
+	Limit      int    `json:"limit,omitempty"`
 }
 
 // MachinePage is one page; Next is empty on the last page. A page may hold

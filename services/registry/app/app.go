@@ -35,12 +35,15 @@ type Heartbeats interface {
 
 // App is the registry's application layer.
 type App struct {
-	Store      events.Store
-	Machines   Machines
-	Orgs       Orgs
-	Heartbeats Heartbeats
-	Now        func() time.Time
-	Rand       io.Reader // token secrets
+	Store    events.Store
+	Machines Machines
+	// WaitMachines waits until the machines' projection applied a stream
+	// sequence (read-your-writes); nil: reads never wait.
+	WaitMachines func(ctx context.Context, seq uint64) error
+	Orgs         Orgs
+	Heartbeats   Heartbeats
+	Now          func() time.Time
+	Rand         io.Reader // token secrets
 	// OfflineAfter is the heartbeat silence after which a machine goes offline.
 	OfflineAfter time.Duration
 }

@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"encoding/json"
+	"time"
 
 	"github.com/anvil-fleet/anvil/libs/events"
 	"github.com/anvil-fleet/anvil/libs/events/errs"
@@ -17,15 +18,17 @@ func (a *App) GetMachine(ctx context.Context, r api.MachineGet) (api.MachineRepl
 	if err != nil {
 		return api.MachineReply{}, err
 	}
+	var at events.Position // the zero position: now
 	if r.At == "" {
-		m, err := a.Machines.Model().Get(r.Org, uuid)
-		if err != nil {
-			return api.MachineReply{}, err
+		if a.caughtUp(ctx, r.MinVersion) {
+			m, err := a.Machines.Model().Get(r.Org, uuid)
+			if err != nil {
+				return api.MachineReply{}, err
+			}
+			return api.MachineReply{Machine: view(m), Version: m.Version}, nil
 		}
-		return api.MachineReply{Machine: view(m), Version: m.Version}, nil
-	}
-	at, err := events.ParseAt(r.At)
-	if err != nil {
+		// The projection stays behind the caller's own write: the log has it.
+	} else if at, err = events.ParseAt(r.At); err != nil {
 		return api.MachineReply{}, err
 	}
 	var s machine.State
@@ -48,6 +51,9 @@ func (a *App) GetMachine(ctx context.Context, r api.MachineGet) (api.MachineRepl
 		return api.MachineReply{}, err
 	}
 	if !s.Exists() {
+		if r.At == "" {
+			return api.MachineReply{}, errs.NotFound("machine %s does not exist in organization %s", uuid, r.Org)
+		}
 		return api.MachineReply{}, errs.NotFound("machine %s did not exist at %s", uuid, r.At)
 	}
 	return api.MachineReply{Machine: api.Machine{Org: r.Org, State: s, CreatedAt: created.Time, UpdatedAt: updated.Time}, Version: version}, nil
@@ -58,7 +64,7 @@ func (a *App) GetMachine(ctx context.Context, r api.MachineGet) (api.MachineRepl
 // machine again), appended to dst (see command.HandleAppend); a machine as
 // it was is rebuilt and encoded as before.
 func (a *App) GetMachineJSON(ctx context.Context, r api.MachineGet, dst []byte) ([]byte, error) {
-	if r.At != "" {
+	if r.At != "" || !a.caughtUp(ctx, r.MinVersion) {
 		rep, err := a.GetMachine(ctx, r)
 		if err != nil {
 			return dst, err
@@ -74,4 +80,19 @@ func (a *App) GetMachineJSON(ctx context.Context, r api.MachineGet, dst []byte) 
 		return dst, err
 	}
 	return a.Machines.Model().AppendGetJSON(dst, r.Org, uuid)
+}
+
+// readYourWritesWait bounds how long a read waits for the projection to
+// apply the caller's own write.
+const readYourWritesWait = 3 * time.Second
+
+// caughtUp waits (at most readYourWritesWait) until the machines'
+// projection applied stream sequence min, and reports whether it did.
+func (a *App) caughtUp(ctx context.Context, min uint64) bool {
+	if min == 0 || a.WaitMachines == nil {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(ctx, readYourWritesWait)
+	defer cancel()
+	return a.WaitMachines(ctx, min) == nil
 }

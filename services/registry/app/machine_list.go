@@ -10,12 +10,13 @@ import (
 )
 
 // ListMachines returns one page of an organization's machines.
-func (a *App) ListMachines(_ context.Context, r api.MachineList) (api.MachinePage, error) {
+func (a *App) ListMachines(ctx context.Context, r api.MachineList) (api.MachinePage, error) {
 	var f errs.Fields
 	validOrg(&f, r.Org)
 	if err := f.Err(); err != nil {
 		return api.MachinePage{}, err
 	}
+	a.caughtUp(ctx, r.MinVersion)
 	page, err := a.Machines.Model().List(r.Org, readmodel.Filter{
 		Pool: r.Pool, Status: machine.Status(r.Status), Selector: r.Selector, Cursor: r.Cursor, Limit: r.Limit,
 	})
@@ -36,7 +37,8 @@ func view(m readmodel.Machine) api.Machine {
 // ListMachinesJSON is ListMachines answered with the read model's encoded
 // page (the same JSON, without encoding each machine again), appended to
 // dst (see command.HandleAppend).
-func (a *App) ListMachinesJSON(_ context.Context, r api.MachineList, dst []byte) ([]byte, error) {
+func (a *App) ListMachinesJSON(ctx context.Context, r api.MachineList, dst []byte) ([]byte, error) {
+	a.caughtUp(ctx, r.MinVersion) // a list has no log to fall back on: it waits, briefly
 	var f errs.Fields
 	validOrg(&f, r.Org)
 	if err := f.Err(); err != nil {

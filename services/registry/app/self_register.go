@@ -22,7 +22,7 @@ func (a *App) SelfRegister(ctx context.Context, r api.SelfRegister) (api.SelfReg
 		at = a.Now()
 	}
 	reply, err := a.MachineCommand(ctx, p.Org, r.UUID, 0,
-		machine.Register{UUID: r.UUID, MAC: r.MAC, EnrollmentTokenID: p.TokenID, At: at}, machine.RecordIPXEBoot{At: at})
+		machine.Register{UUID: r.UUID, MAC: r.MAC, EnrollmentTokenID: p.TokenID, At: at}, machine.RecordIPXEBoot{At: at, RetryIn: r.RetryIn})
 	if err != nil {
 		return api.SelfRegisterReply{}, err
 	}

@@ -93,6 +93,7 @@ func Start(ctx context.Context, cfg Config, o svc.Options, ready chan<- *Service
 		Orgs: projection.NewRunner(projection.Config{Name: "registry-orgs", Instance: cfg.Instance,
 			Filter: events.Filter{AggregateType: "org"}}, rt.JS, rt.Registry, orgs, rt.Poison, rt.Log),
 	}
+	a.WaitMachines = s.Machines.WaitFor
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errc := make(chan error, 4)

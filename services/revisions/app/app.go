@@ -75,9 +75,13 @@ type Deps struct {
 	Keys   []secret.Key
 	Nonces io.Reader // crypto/rand.Reader in production
 	Clock  func() time.Time
-	// Renderer and RenderOptions render machine revisions and previews.
+	// Renderer and RenderOptions render machine revisions and previews;
+	// the files machines fetch are resolved through Assets (with
+	// AssetSettings) first, which fills in their URLs and hashes.
 	Renderer      Renderer
 	RenderOptions render.Options
+	Assets        Assets
+	AssetSettings AssetSettings
 	Machines      PoolMachines // optional
 	Log           *slog.Logger
 }

@@ -46,8 +46,12 @@ func (h ApplyRevisionHandler) Handle(ctx context.Context, cmd ApplyRevision) (Po
 			if err != nil {
 				return nil, err
 			}
-			return r.State.ApplyRevision(pool.ApplyRevision{Revision: cmd.Revision, RequestedBy: author, At: h.Clock()},
+			payloads, err := r.State.ApplyRevision(pool.ApplyRevision{Revision: cmd.Revision, RequestedBy: author, At: h.Clock()},
 				pool.Env{Catalog: cat.State.Catalog, Cluster: &cl.State})
+			if err != nil {
+				return nil, err
+			}
+			return payloads, h.checkAssets(ctx, &r.State, payloads)
 		})
 	if err != nil {
 		return PoolOutcome{}, err

@@ -48,8 +48,12 @@ func (h CreatePoolHandler) Handle(ctx context.Context, cmd CreatePool) (PoolOutc
 	}
 	env := pool.Env{Catalog: cat.State.Catalog, Cluster: &cl.State}
 	rec, payloads, err := execute[PoolRecord](ctx, h.base, poolRef(cmd.Org, cmd.Name), 0,
-		func(_ context.Context, r *PoolRecord) ([]any, error) {
-			return r.State.Create(create, env)
+		func(ctx context.Context, r *PoolRecord) ([]any, error) {
+			payloads, err := r.State.Create(create, env)
+			if err != nil {
+				return nil, err
+			}
+			return payloads, h.checkAssets(ctx, &r.State, payloads)
 		})
 	if err != nil {
 		return PoolOutcome{}, err

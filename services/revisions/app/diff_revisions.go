@@ -45,11 +45,11 @@ func (h DiffRevisionsHandler) Handle(ctx context.Context, q DiffRevisions) (diff
 		return diff.Diff{}, err
 	}
 	p := PreviewIgnitionHandler(h)
-	a, err := p.preview(q.Org, &rec, from)
+	a, err := p.preview(ctx, q.Org, &rec, from)
 	if err != nil {
 		return diff.Diff{}, err
 	}
-	b, err := p.preview(q.Org, &rec, to)
+	b, err := p.preview(ctx, q.Org, &rec, to)
 	if err != nil {
 		return diff.Diff{}, err
 	}

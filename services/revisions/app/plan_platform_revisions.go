@@ -12,7 +12,7 @@ import (
 )
 
 // PlatformActor is the actor of the events the platform appends by itself.
-const PlatformActor = "service:revisions"
+const PlatformActor = "platform"
 
 // PlanPlatformRevisionsHandler reacts to catalog.version_added: for every
 // pool of every organization on the added version's minor and older than

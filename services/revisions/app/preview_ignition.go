@@ -47,10 +47,10 @@ func (h PreviewIgnitionHandler) Handle(ctx context.Context, q PreviewIgnition) (
 	if err != nil {
 		return Preview{}, err
 	}
-	return h.preview(q.Org, &rec, rev)
+	return h.preview(ctx, q.Org, &rec, rev)
 }
 
-func (h PreviewIgnitionHandler) preview(org string, rec *PoolRecord, rev pool.Revision) (Preview, error) {
+func (h PreviewIgnitionHandler) preview(ctx context.Context, org string, rec *PoolRecord, rev pool.Revision) (Preview, error) {
 	cl, ok := h.Model.Cluster(org, rec.State.Cluster)
 	if !ok || !cl.State.Exists() {
 		return Preview{}, errs.NotFound("cluster %q of pool %q not found", rec.State.Cluster, rec.State.Name)
@@ -60,7 +60,11 @@ func (h PreviewIgnitionHandler) preview(org string, rec *PoolRecord, rev pool.Re
 		BootstrapToken: secret.Secret(cl.State.BootstrapTokenID + "." + RedactedTokenSecret),
 		CACertHash:     cl.State.CACertHash,
 	}
-	in, err := render.Preview(rec.State.Name, rev, join, h.RenderOptions)
+	opts, err := h.renderOptions(ctx, rev)
+	if err != nil {
+		return Preview{}, err
+	}
+	in, err := render.Preview(rec.State.Name, rev, join, opts)
 	if err != nil {
 		return Preview{}, err
 	}

@@ -56,7 +56,11 @@ func (h RenderMachineHandler) Handle(ctx context.Context, q RenderMachine) (Rend
 	if err != nil {
 		return RenderedMachine{}, err
 	}
-	out, err := h.Renderer.Render(render.Input{Machine: m, Revision: rev, Join: join, Options: h.RenderOptions})
+	opts, err := h.renderOptions(ctx, rev)
+	if err != nil {
+		return RenderedMachine{}, err
+	}
+	out, err := h.Renderer.Render(render.Input{Machine: m, Revision: rev, Join: join, Options: opts})
 	if err != nil {
 		return RenderedMachine{}, err
 	}

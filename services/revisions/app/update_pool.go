@@ -45,9 +45,13 @@ func (h UpdatePoolHandler) Handle(ctx context.Context, cmd UpdatePool) (PoolOutc
 			if err != nil {
 				return nil, err
 			}
-			return r.State.Update(pool.Update{
+			payloads, err := r.State.Update(pool.Update{
 				Spec: cmd.Spec, Author: author, Message: cmd.Message, Apply: cmd.Apply, At: h.Clock(),
 			}, pool.Env{Catalog: cat.State.Catalog, Cluster: &cl.State})
+			if err != nil {
+				return nil, err
+			}
+			return payloads, h.checkAssets(ctx, &r.State, payloads)
 		})
 	if err != nil {
 		return PoolOutcome{}, err

@@ -12,7 +12,6 @@ import (
 	"github.com/anvil-fleet/anvil/services/revisions/domain/pool"
 	"github.com/anvil-fleet/anvil/services/revisions/domain/render"
 	"github.com/anvil-fleet/anvil/services/revisions/domain/secret"
-	"github.com/anvil-fleet/anvil/services/revisions/service"
 )
 
 // BenchmarkRenderViaNATS measures machine renders through the NATS command
@@ -31,7 +30,7 @@ func BenchmarkRenderViaNATS(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	baseline := baselineInput(b, rev.Hash, h.cfg.BootURL)
+	baseline := baselineInput(b, rev.Hash, h.renderOptions("1.33.4"))
 	req := func(hostname string) api.RenderMachineRequest {
 		return api.RenderMachineRequest{Org: "acme", Pool: "workers", Revision: 1, Hostname: hostname, Labels: map[string]string{"anvil.dev/slot": "7"}}
 	}
@@ -84,7 +83,7 @@ func BenchmarkRenderViaNATS(b *testing.B) {
 // baselineInput builds, with the domain alone, the render input of the
 // benchmark's pool revision for a hostname; it checks that the revision is
 // the one the service made (same hash).
-func baselineInput(b *testing.B, hash, bootURL string) func(hostname string) render.Input {
+func baselineInput(b *testing.B, hash string, opts render.Options) func(hostname string) render.Input {
 	b.Helper()
 	raw, err := json.Marshal(testSpec()) // api.PoolSpec and pool.Spec share their JSON
 	if err != nil {
@@ -102,7 +101,6 @@ func baselineInput(b *testing.B, hash, bootURL string) func(hostname string) ren
 		b.Fatalf("baseline revision hash %s, the service's %s", rev.Hash, hash)
 	}
 	join := cluster.Join{APIEndpoint: "https://api.prod.example:6443", BootstrapToken: secret.Secret(testToken), CACertHash: testCAHash}
-	opts := render.Options{BaseURL: bootURL, AgentURL: bootURL + fmt.Sprintf(service.AgentPath, "amd64")}
 	return func(hostname string) render.Input {
 		m, err := pool.NewMachineRevision("workers", rev, pool.MachineSettings{Hostname: hostname, Labels: map[string]string{"anvil.dev/slot": "7"}})
 		if err != nil {

@@ -125,7 +125,7 @@ func TestPlatformPatchRevisions(t *testing.T) {
 			t.Fatalf("%s: %d revision_created events, want 9", when, len(evs))
 		}
 		for _, e := range evs[6:] {
-			if e.Actor != "service:revisions" || e.CausationID == "" {
+			if e.Actor != "platform" || e.CausationID == "" {
 				t.Fatalf("%s: platform revision event actor %q causation %q", when, e.Actor, e.CausationID)
 			}
 		}

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/anvil-fleet/anvil/libs/events/svc"
+	"github.com/anvil-fleet/anvil/services/revisions/app"
 	"github.com/anvil-fleet/anvil/services/revisions/domain/catalog"
 	"github.com/anvil-fleet/anvil/services/revisions/domain/render"
 	"github.com/anvil-fleet/anvil/services/revisions/domain/secret"
@@ -19,10 +20,6 @@ const Name = "revisions"
 const (
 	DefaultBootURL          = "http://127.0.0.1:8081"
 	DefaultRenderCacheBytes = 64 << 20
-	// AgentPath is where, under the boot service's public URL, Ignition
-	// fetches the agent binary unless --agent-url says otherwise; %s is
-	// the Go architecture (amd64, arm64).
-	AgentPath = "/assets/anvil-agent-linux-%s"
 )
 
 // DefaultKubernetesVersions seed the catalog on the first start when
@@ -44,18 +41,19 @@ type Config struct {
 	EncryptionKeys string
 	// BootURL is the boot service's public base URL, which machines reach:
 	// the agent talks to it, and the agent binary and the Kubernetes
-	// sysext images are fetched from under it. --boot-url /
+	// sysext images are fetched from under it (the boot service resolves
+	// their hashes; see docs/revisions.md). --boot-url /
 	// ANVIL_BOOT_PUBLIC_URL.
 	BootURL string
-	// AgentURL overrides where Ignition fetches the agent binary (default
-	// BootURL + AgentPath). --agent-url / ANVIL_AGENT_URL.
-	AgentURL string
-	// AgentHash pins the agent binary ("sha256-<hex>" or "sha512-<hex>").
-	// --agent-hash / ANVIL_AGENT_HASH.
-	AgentHash string
-	// SysextURL overrides the base URL of the Kubernetes sysext images
-	// (default BootURL + "/sysext"). --sysext-url / ANVIL_SYSEXT_URL.
-	SysextURL string
+	// AgentURL, if set, is where Ignition fetches the agent binary instead
+	// of the boot service; AgentHash ("sha512-<hex>" or "sha256-<hex>") is
+	// then required, since every remote file is verified. --agent-url /
+	// ANVIL_AGENT_URL, --agent-hash / ANVIL_AGENT_HASH.
+	AgentURL, AgentHash string
+	// removedSysextURL is ANVIL_SYSEXT_URL, which is no longer read: the
+	// boot service serves (and, with ANVIL_BOOT_SYSEXT_MIRROR, fetches) the
+	// sysext images, hashed. Set, it is refused at start.
+	removedSysextURL string
 	// KubernetesVersions seeds the catalog on the first start
 	// (comma-separated x.y.z; default DefaultKubernetesVersions). Later
 	// changes go through the catalog's add_version command.
@@ -75,11 +73,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.BootURL, "boot-url", svc.Env("ANVIL_BOOT_PUBLIC_URL", DefaultBootURL),
 		"the boot service's public base URL as machines reach it; the agent, its binary and the sysext images live under it (env ANVIL_BOOT_PUBLIC_URL)")
 	fs.StringVar(&c.AgentURL, "agent-url", svc.Env("ANVIL_AGENT_URL", ""),
-		"URL of the agent binary; empty means <boot-url>"+fmt.Sprintf(AgentPath, "amd64")+" (env ANVIL_AGENT_URL)")
+		"URL of the agent binary elsewhere than the boot service (needs --agent-hash); empty: the boot service serves it, hashed (env ANVIL_AGENT_URL)")
 	fs.StringVar(&c.AgentHash, "agent-hash", svc.Env("ANVIL_AGENT_HASH", ""),
-		"optional hash that pins the agent binary: sha256-<hex> or sha512-<hex> (env ANVIL_AGENT_HASH)")
-	fs.StringVar(&c.SysextURL, "sysext-url", svc.Env("ANVIL_SYSEXT_URL", ""),
-		"base URL of the Kubernetes systemd-sysext images; empty means <boot-url>/sysext (env ANVIL_SYSEXT_URL)")
+		"hash of the binary at --agent-url, which Ignition verifies: sha512-<hex> or sha256-<hex> (env ANVIL_AGENT_HASH)")
+	c.removedSysextURL = svc.Env("ANVIL_SYSEXT_URL", "")
 	fs.StringVar(&c.KubernetesVersions, "kubernetes-versions", svc.Env("ANVIL_KUBERNETES_VERSIONS", ""),
 		"Kubernetes versions (x.y.z, comma-separated) that seed the catalog on the first start; empty means "+strings.Join(DefaultKubernetesVersions, ",")+" (env ANVIL_KUBERNETES_VERSIONS)")
 	fs.Int64Var(&c.RenderCacheBytes, "render-cache-bytes", int64(svc.EnvInt("ANVIL_REVISIONS_RENDER_CACHE_BYTES", DefaultRenderCacheBytes)),
@@ -125,32 +122,63 @@ func (c Config) kubernetesVersions() ([]string, error) {
 	return out, nil
 }
 
-// renderOptions derives the render options from the boot service's URL.
-func (c Config) renderOptions() (render.Options, error) {
+// renderOptions derives the render options and asset settings from the
+// boot service's URL and the agent pin; the URLs and hashes of the files
+// the boot service serves are resolved per render. Errors name the flag
+// and the variable.
+func (c Config) renderOptions() (render.Options, app.AssetSettings, error) {
 	base := strings.TrimSuffix(c.BootURL, "/")
 	if base == "" {
 		base = DefaultBootURL
 	}
-	o := render.Options{BaseURL: base, AgentURL: c.AgentURL, AgentHash: c.AgentHash, SysextURL: c.SysextURL}
-	if o.AgentURL == "" {
-		o.AgentURL = base + fmt.Sprintf(AgentPath, "amd64")
+	// Stand-ins for what is resolved per render, so that Validate checks
+	// the rest.
+	sample := "sha512-" + strings.Repeat("0", 128)
+	o := render.Options{BaseURL: base, AgentURL: base + "/assets/agent", AgentHash: sample, SysextURL: base + "/sysext/k.raw", SysextHash: sample}
+	if c.AgentURL != "" {
+		o.AgentURL, o.AgentHash = c.AgentURL, c.AgentHash
 	}
+	var parts []string
 	if err := o.Validate(); err != nil {
 		flags := map[string]string{
 			"base_url": "--boot-url / ANVIL_BOOT_PUBLIC_URL", "agent_url": "--agent-url / ANVIL_AGENT_URL",
-			"agent_hash": "--agent-hash / ANVIL_AGENT_HASH", "sysext_url": "--sysext-url / ANVIL_SYSEXT_URL",
+			"agent_hash": "--agent-hash / ANVIL_AGENT_HASH",
 		}
-		var parts []string
 		for _, f := range errsFields(err) {
 			name := flags[f[0]]
 			if name == "" {
 				name = f[0]
 			}
+			if f[0] == "agent_hash" && c.AgentHash == "" {
+				f[1] = "is required with --agent-url / ANVIL_AGENT_URL: Ignition verifies every file it fetches (sha512-<hex> of the binary, e.g. from sha512sum)"
+			}
 			parts = append(parts, name+": "+f[1])
 		}
-		return render.Options{}, errors.New(strings.Join(parts, "; "))
 	}
-	return o, nil
+	if c.AgentHash != "" && c.AgentURL == "" {
+		parts = append(parts, "--agent-hash / ANVIL_AGENT_HASH: only goes with --agent-url / ANVIL_AGENT_URL; the agent the boot service serves is hashed by the boot service")
+	}
+	if c.removedSysextURL != "" {
+		parts = append(parts, "ANVIL_SYSEXT_URL: is no longer read; the boot service serves the Kubernetes sysext images, hashed (set ANVIL_BOOT_SYSEXT_MIRROR on the boot service to have it fetch them from a mirror) — unset it")
+	}
+	if len(parts) > 0 {
+		return render.Options{}, app.AssetSettings{}, errors.New(strings.Join(parts, "; "))
+	}
+	return render.Options{BaseURL: base}, app.AssetSettings{BootURL: base, AgentURL: c.AgentURL, AgentHash: c.AgentHash}, nil
+}
+
+// Validate checks the configuration as Run would, without starting
+// anything (the dev stack checks its settings before it starts the
+// services). Errors name the flag and the variable.
+func (c Config) Validate() error {
+	if _, err := ParseEncryptionKeys(c.EncryptionKeys); err != nil {
+		return err
+	}
+	if _, err := c.kubernetesVersions(); err != nil {
+		return err
+	}
+	_, _, err := c.renderOptions()
+	return err
 }
 
 func (c Config) renderCacheBytes() int64 {

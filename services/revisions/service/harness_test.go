@@ -19,7 +19,11 @@ import (
 	"github.com/anvil-fleet/anvil/libs/events/errs"
 	"github.com/anvil-fleet/anvil/libs/events/eventstest"
 	"github.com/anvil-fleet/anvil/libs/events/svc"
+	bootapi "github.com/anvil-fleet/anvil/services/boot/api"
+	"github.com/anvil-fleet/anvil/services/boot/api/simassets"
+	bootservice "github.com/anvil-fleet/anvil/services/boot/service"
 	"github.com/anvil-fleet/anvil/services/revisions/api"
+	"github.com/anvil-fleet/anvil/services/revisions/domain/render"
 	"github.com/anvil-fleet/anvil/services/revisions/service"
 )
 
@@ -39,7 +43,10 @@ var (
 )
 
 // harness is one embedded JetStream with the revisions service running on
-// it, and a client connection that talks to it only through NATS.
+// it, and a client connection that talks to it only through NATS. The real
+// boot service runs beside it, serving the simulator's assets for
+// testVersions: the revisions service asks it for the files' hashes before
+// it saves or renders a revision.
 type harness struct {
 	t    testing.TB
 	env  *eventstest.Env
@@ -47,6 +54,11 @@ type harness struct {
 	ctx  context.Context // carries the actor
 	cfg  service.Config
 	logs *eventstest.SyncBuffer
+	// assets is the boot service's assets directory.
+	assets string
+	boot   *bootservice.Service
+	// stopBoot stops the boot service (also at cleanup).
+	stopBoot func()
 
 	cancel context.CancelFunc
 	done   chan error
@@ -67,9 +79,27 @@ func newHarness(t testing.TB, mod ...func(*service.Config)) *harness {
 	nc := env.Connect(t)
 	h := &harness{t: t, env: env, nc: nc, cfg: cfg, logs: &eventstest.SyncBuffer{},
 		ctx: events.WithActor(context.Background(), testActor)}
+	h.startBoot()
 	h.start()
 	t.Cleanup(h.stop)
 	return h
+}
+
+// startBoot runs the real boot service with the simulator's assets for
+// testVersions, its public URL the harness's boot URL.
+func (h *harness) startBoot() {
+	h.t.Helper()
+	var err error
+	if h.assets, err = simassets.Dir(h.t.TempDir(), testVersions); err != nil {
+		h.t.Fatal(err)
+	}
+	ready := make(chan *bootservice.Service, 1)
+	cfg := bootservice.Config{Config: svc.Config{Service: bootservice.Name}, Listen: "127.0.0.1:0", PublicURL: h.cfg.BootURL,
+		AssetsDir: h.assets, SigningKeys: base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{3}, 32)), PrepareWorkers: -1}
+	log := slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug})).With("svc", "boot")
+	h.stopBoot = eventstest.RunService(h.t, "boot", func(ctx context.Context) error {
+		return bootservice.Start(ctx, cfg, svc.Options{Conn: h.env.Connect(h.t), Logger: log}, bootservice.Hooks{Ready: ready})
+	}, func() { h.boot = <-ready }, eventstest.RunOptions{StartTimeout: 60 * time.Second, StopTimeout: 30 * time.Second, Logs: h.logs})
 }
 
 // start runs the service and waits until it answers.
@@ -124,6 +154,20 @@ func (h *harness) stop() {
 		h.t.Error("service did not stop")
 	}
 	h.cancel = nil
+}
+
+// renderOptions are the options the service renders a revision of
+// Kubernetes version with, as the boot service resolves its files.
+func (h *harness) renderOptions(version string) render.Options {
+	h.t.Helper()
+	agent, _ := bootapi.AgentAsset("amd64")
+	sysext, _ := bootapi.SysextAsset(version, "x86-64")
+	r, err := bootapi.ResolveAssets(h.ctx, h.nc, bootapi.ResolveAssetsRequest{Names: []string{agent, sysext}})
+	if err != nil || len(r.Assets) != 2 || r.Assets[0].Status != bootapi.AssetReady || r.Assets[1].Status != bootapi.AssetReady {
+		h.t.Fatalf("resolving %s and %s: %+v %v", agent, sysext, r, err)
+	}
+	return render.Options{BaseURL: h.cfg.BootURL, Arch: "x86-64",
+		AgentURL: r.Assets[0].URL, AgentHash: r.Assets[0].Hash, SysextURL: r.Assets[1].URL, SysextHash: r.Assets[1].Hash}
 }
 
 // ---- fixtures through the API ----

@@ -16,6 +16,7 @@ import (
 	"github.com/anvil-fleet/anvil/libs/events/handler"
 	"github.com/anvil-fleet/anvil/libs/events/projection"
 	"github.com/anvil-fleet/anvil/libs/events/svc"
+	"github.com/anvil-fleet/anvil/services/revisions/adapters/bootassets"
 	"github.com/anvil-fleet/anvil/services/revisions/adapters/readmodel"
 	"github.com/anvil-fleet/anvil/services/revisions/api"
 	"github.com/anvil-fleet/anvil/services/revisions/app"
@@ -58,7 +59,7 @@ func Run(ctx context.Context, cfg Config, o svc.Options) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", Name, err)
 	}
-	renderOpts, err := cfg.renderOptions()
+	renderOpts, assetSettings, err := cfg.renderOptions()
 	if err != nil {
 		return fmt.Errorf("%s: %w", Name, err)
 	}
@@ -92,6 +93,7 @@ func Run(ctx context.Context, cfg Config, o svc.Options) error {
 		Store: rt.Store, Registry: reg, Model: model, Projection: runner,
 		Keys: keys, Nonces: rand.Reader, Clock: time.Now,
 		Renderer: cache, RenderOptions: renderOpts, Log: rt.Log,
+		Assets: bootassets.Client{NC: rt.Conn}, AssetSettings: assetSettings,
 	})
 
 	// The catalog exists before any command is served.

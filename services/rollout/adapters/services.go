@@ -5,6 +5,7 @@ package adapters
 
 import (
 	"context"
+	"strconv"
 
 	"github.com/nats-io/nats.go"
 
@@ -45,6 +46,12 @@ func (r Registry) Machine(ctx context.Context, org, uuid string) (regapi.Machine
 	return rep.Machine, err
 }
 
+// MachineAt reads one machine as of stream sequence seq.
+func (r Registry) MachineAt(ctx context.Context, org, uuid string, seq uint64) (regapi.Machine, error) {
+	rep, err := r.C.GetMachine(ctx, regapi.MachineGet{Org: org, UUID: uuid, At: strconv.FormatUint(seq, 10)})
+	return rep.Machine, err
+}
+
 // Command runs one machine command.
 func (r Registry) Command(ctx context.Context, org, uuid string, cmd any) (regapi.Machine, error) {
 	c, ok := cmd.(machine.Command)
@@ -61,6 +68,11 @@ type Revisions struct{ NC *nats.Conn }
 // Pool reads a pool.
 func (r Revisions) Pool(ctx context.Context, org, pool string) (revapi.Pool, error) {
 	return revapi.GetPool(ctx, r.NC, revapi.GetPoolRequest{Org: org, Name: pool})
+}
+
+// PoolAt reads a pool as of stream sequence seq.
+func (r Revisions) PoolAt(ctx context.Context, org, pool string, seq uint64) (revapi.Pool, error) {
+	return revapi.GetPool(ctx, r.NC, revapi.GetPoolRequest{Org: org, Name: pool, At: strconv.FormatUint(seq, 10)})
 }
 
 // Revision reads one revision of a pool.

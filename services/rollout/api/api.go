@@ -50,6 +50,10 @@ const (
 	KindDeletionAbort    = "deletion_abort"
 	KindDeletionFinish   = "deletion_finish" // an unsafe deletion: only the node is removed
 	KindUnassign         = "unassign"
+	// After a force-unassign or a forced deletion only the Node is left to
+	// remove (best effort).
+	KindForceUnassignCleanup  = "force_unassign_cleanup"
+	KindForcedDeletionCleanup = "forced_deletion_cleanup"
 	// KindMachine, as a list filter, selects every one-machine operation.
 	KindMachine = "machine"
 )
@@ -137,15 +141,21 @@ type Operation struct {
 	Reason   string             `json:"reason,omitempty"`
 	Progress operation.Progress `json:"progress"`
 	// Steps is the one-machine operation's current step and its status.
-	Step       string            `json:"step,omitempty"`
-	StepStatus string            `json:"step_status,omitempty"`
-	StartedAt  time.Time         `json:"started_at"`
-	FinishedAt time.Time         `json:"finished_at,omitzero"`
-	UpdatedAt  time.Time         `json:"updated_at"`
-	Version    uint64            `json:"version"`
-	LogLength  int               `json:"log_length"`
-	Rollout    *Rollout          `json:"rollout,omitempty"`
-	Log        []operation.Entry `json:"log,omitempty"`
+	Step       string    `json:"step,omitempty"`
+	StepStatus string    `json:"step_status,omitempty"`
+	StartedAt  time.Time `json:"started_at"`
+	FinishedAt time.Time `json:"finished_at,omitzero"`
+	UpdatedAt  time.Time `json:"updated_at"`
+	// Conditions say what it waits for, if anything (see
+	// operation.Condition); LastProgressAt is when it last moved, and
+	// EstimatedDoneAt when it should be done, once that can be told.
+	Conditions      []operation.Condition `json:"conditions,omitempty"`
+	LastProgressAt  time.Time             `json:"last_progress_at,omitzero"`
+	EstimatedDoneAt time.Time             `json:"estimated_done_at,omitzero"`
+	Version         uint64                `json:"version"`
+	LogLength       int                   `json:"log_length"`
+	Rollout         *Rollout              `json:"rollout,omitempty"`
+	Log             []operation.Entry     `json:"log,omitempty"`
 }
 
 // OperationList is one page of operations, without their logs.

@@ -31,6 +31,9 @@ const AggregateType = "rollout"
 type Registry interface {
 	PoolMachines(ctx context.Context, org, pool string) ([]regapi.Machine, error)
 	Machine(ctx context.Context, org, uuid string) (regapi.Machine, error)
+	// MachineAt reads the machine as of stream sequence seq (rebuilt from
+	// the log; also a machine deleted since).
+	MachineAt(ctx context.Context, org, uuid string, seq uint64) (regapi.Machine, error)
 	// Command runs a machine command (idempotent in the registry).
 	Command(ctx context.Context, org, uuid string, cmd any) (regapi.Machine, error)
 }
@@ -38,6 +41,8 @@ type Registry interface {
 // Revisions is what the service needs of the revisions service.
 type Revisions interface {
 	Pool(ctx context.Context, org, pool string) (revapi.Pool, error)
+	// PoolAt reads the pool as of stream sequence seq (rebuilt from the log).
+	PoolAt(ctx context.Context, org, pool string, seq uint64) (revapi.Pool, error)
 	Revision(ctx context.Context, org, pool string, n int) (revapi.Revision, error)
 }
 
@@ -164,10 +169,6 @@ type Settings struct {
 	// Replan is the safety-net interval at which a driver plans again
 	// without any event. Default 30s.
 	Replan time.Duration
-	// OnlineWindow: a machine without a node that iPXE-booted this
-	// recently counts as online for the sanity checks (it waits in its
-	// boot loop, with no agent to heartbeat). Default 2m.
-	OnlineWindow time.Duration
 	// Instance names this replica (leases, logs).
 	Instance string
 	// RemediationMaxInFlight goes into every rollout's strategy at start
@@ -191,9 +192,6 @@ func (a *App) Defaults() {
 	}
 	if a.Settings.Replan <= 0 {
 		a.Settings.Replan = 30 * time.Second
-	}
-	if a.Settings.OnlineWindow <= 0 {
-		a.Settings.OnlineWindow = 2 * time.Minute
 	}
 }
 

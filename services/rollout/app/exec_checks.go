@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
 	"github.com/anvil-fleet/anvil/services/rollout/domain/checks"
@@ -69,7 +70,7 @@ func (a *App) gatherFacts(ctx context.Context, org string, s *rollout.State) (ch
 			return f, err
 		}
 		fm := checks.Machine{UUID: m.UUID, Status: string(rm.Status), Online: rm.Connectivity == machine.Online}
-		if m.NoNode && !fm.Online && !rm.LastIPXEBootAt.IsZero() && now.Sub(rm.LastIPXEBootAt) <= a.Settings.OnlineWindow {
+		if m.NoNode && !fm.Online && WaitingInBootLoop(rm.State, now) {
 			// It waits in its iPXE boot loop, with no agent yet.
 			fm.Online = true
 		}
@@ -105,4 +106,22 @@ func (x *executor) waitForRollout(ctx context.Context) {
 		}
 		return false, nil
 	})
+}
+
+// ipxeGraceMin is the least slack given to firmware that said when it
+// would ask again: DHCP, a slow link, a busy boot service.
+const ipxeGraceMin = 30 * time.Second
+
+// WaitingInBootLoop reports whether a machine with no agent is alive in
+// its iPXE boot loop: it asked the boot service last at LastIPXEBootAt and
+// was told to ask again by IPXERetryBy, and that time (plus a grace of a
+// quarter of the interval, at least 30 s) has not passed. The boot
+// service's back-off cap is thus the only setting: however long the
+// firmware was told to sleep, it is not offline while it sleeps.
+func WaitingInBootLoop(m machine.State, now time.Time) bool {
+	if m.LastIPXEBootAt.IsZero() || m.IPXERetryBy.IsZero() {
+		return false
+	}
+	grace := max(ipxeGraceMin, m.IPXERetryBy.Sub(m.LastIPXEBootAt)/4)
+	return !now.After(m.IPXERetryBy.Add(grace))
 }

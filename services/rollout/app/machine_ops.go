@@ -8,6 +8,7 @@ import (
 
 	"github.com/anvil-fleet/anvil/libs/events"
 	"github.com/anvil-fleet/anvil/libs/events/errs"
+	regapi "github.com/anvil-fleet/anvil/services/registry/api"
 	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
 	"github.com/anvil-fleet/anvil/services/revisions/domain/pool"
 	"github.com/anvil-fleet/anvil/services/rollout/domain/machineop"
@@ -34,7 +35,7 @@ type OperationSnapshot struct {
 // a machine operation.
 var MachineOperationTriggers = []string{
 	"machine.maintenance_requested", "machine.maintenance_exited", "machine.unassign_started",
-	"machine.deletion_started", "machine.deletion_aborting",
+	"machine.deletion_started", "machine.deletion_aborting", "machine.force_unassigned", "machine.deleted",
 }
 
 // OperationIDFor is the id of the operation a registry event starts:
@@ -55,13 +56,20 @@ func (a *App) StartMachineOperation(ctx context.Context, env *events.Envelope, p
 	case "machine.deletion_started":
 		kind = machineop.KindDeletion
 		if e, ok := deref(payload).(machine.DeletionStarted); ok {
-			switch e.Policy {
-			case machine.DeletionForced:
-				return nil // the registry removed it at once; nothing waits for us
-			case machine.DeletionUnsafe:
+			if e.Policy == machine.DeletionUnsafe {
 				kind = machineop.KindDeletionFinish
 			}
 		}
+	case "machine.deleted":
+		e, ok := deref(payload).(machine.Deleted)
+		if !ok || e.Policy != machine.DeletionForced {
+			return nil // a graceful or unsafe deletion removed the node on its way
+		}
+		// The registry removed it at once, whatever it was doing; its
+		// Node is left.
+		kind = machineop.KindForcedDeletionCleanup
+	case "machine.force_unassigned":
+		kind = machineop.KindForceUnassignCleanup
 	case "machine.deletion_aborting":
 		kind = machineop.KindDeletionAbort
 		if err := a.cancelOperations(ctx, env.Org, env.AggregateID, machineop.KindDeletion, "the deletion was aborted"); err != nil {
@@ -79,16 +87,29 @@ func (a *App) StartMachineOperation(ctx context.Context, env *events.Envelope, p
 	if len(existing) > 0 {
 		return nil
 	}
-	m, err := a.Registry.Machine(ctx, env.Org, env.AggregateID)
+	var m regapi.Machine
+	if kind.BestEffort() && env.Sequence > 1 {
+		// The machine as it was just before the event: a forced deletion
+		// removed it, a force-unassign took its pool away.
+		m, err = a.Registry.MachineAt(ctx, env.Org, env.AggregateID, env.Sequence-1)
+	} else {
+		m, err = a.Registry.Machine(ctx, env.Org, env.AggregateID)
+	}
 	if err != nil {
 		if permanent(err) {
 			return nil // gone: nothing to do
 		}
 		return err
 	}
-	started := machineop.Started{ID: id, Kind: kind, Machine: env.AggregateID, Node: m.Hostname, Pool: m.Pool,
+	if e, ok := deref(payload).(machine.ForceUnassigned); ok && e.Pool != "" {
+		m.Pool = e.Pool
+	}
+	if kind.BestEffort() && (m.Pool == "" || !mayHaveNode(m.Status)) {
+		return nil // in no pool, so in no cluster; or it never joined
+	}
+	started := machineop.Started{ID: id, Kind: kind, Machine: env.AggregateID, Node: nodeName(m), Pool: m.Pool,
 		DrainTimeout: pool.DefaultDrainTimeout.Std(), Cause: env.Type + " " + env.ID, At: a.now()}
-	if m.Pool != "" && m.Hostname != "" {
+	if m.Pool != "" {
 		p, err := a.Revisions.Pool(ctx, env.Org, m.Pool)
 		switch {
 		case err == nil:
@@ -106,6 +127,9 @@ func (a *App) StartMachineOperation(ctx context.Context, env *events.Envelope, p
 		}
 	}
 	started.Steps = machineop.StepsOf(kind, started.Cluster != "")
+	if len(started.Steps) == 0 {
+		return nil // a clean-up with no cluster to clean
+	}
 	if err := started.Validate(); err != nil {
 		return err
 	}
@@ -260,7 +284,10 @@ func (a *App) runOperationStep(ctx context.Context, org string, st machineop.Sta
 	case machineop.StepUncordon:
 		return "node uncordoned", cl.Uncordon(ctx, st.Node)
 	case machineop.StepDeleteNode:
-		return "node deleted", cl.DeleteNode(ctx, st.Node)
+		if err := cl.DeleteNode(ctx, st.Node); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("node %s deleted from cluster %s (or it was not there)", st.Node, st.Cluster), nil
 	case machineop.StepPrepared:
 		_, err := a.Registry.Command(ctx, org, st.Machine, machine.CompleteDeletionPreparation{})
 		return "the drain is done; the deletion can no longer be aborted", err
@@ -285,12 +312,19 @@ func (a *App) runOperationStep(ctx context.Context, org string, st machineop.Sta
 }
 
 // reportOperationFailure tells the registry that the transition failed.
+// A best-effort clean-up has no transition to fail: it is logged, and the
+// operation's log says what is left to do.
 func (a *App) reportOperationFailure(ctx context.Context, org string, st machineop.State, reason string) error {
+	if st.Kind.BestEffort() {
+		a.Log.WarnContext(ctx, "a node could not be removed after its machine left", "org", org, "operation", st.ID,
+			"kind", st.Kind, "machine", st.Machine, "node", st.Node, "cluster", st.Cluster, "reason", reason)
+		return nil
+	}
 	reason = fmt.Sprintf("operation %s (%s): %s", st.ID, st.Kind, reason)
 	var cmd any
 	switch st.Kind {
 	case machineop.KindMaintenanceEnter, machineop.KindUnassign:
-		cmd = machine.MarkFailed{Reason: reason}
+		cmd = machine.MarkFailed{Reason: reason, Step: string(st.Step())}
 	case machineop.KindDeletion, machineop.KindDeletionFinish, machineop.KindDeletionAbort:
 		cmd = machine.FailDeletion{Reason: reason}
 	default:
@@ -301,4 +335,14 @@ func (a *App) reportOperationFailure(ctx context.Context, org string, st machine
 		return nil
 	}
 	return err
+}
+
+// mayHaveNode reports whether a machine in status st may have joined its
+// cluster (pre-registered, unassigned and pending machines never did).
+func mayHaveNode(st machine.Status) bool {
+	switch st {
+	case machine.StatusPreregistered, machine.StatusReadyUnassigned, machine.StatusPending:
+		return false
+	}
+	return true
 }

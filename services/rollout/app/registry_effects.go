@@ -29,7 +29,7 @@ func (a *App) ApplyRegistryEffect(ctx context.Context, env *events.Envelope, pay
 		}
 		uuid, cmds = e.Machine, []any{machine.MarkReady{Revision: rev}}
 	case rollout.StepFailed:
-		uuid, cmds = e.Machine, []any{machine.MarkFailed{Reason: "rollout " + env.AggregateID + ": " + string(e.Step) + ": " + e.Reason}}
+		uuid, cmds = e.Machine, []any{machine.MarkFailed{Reason: "rollout " + env.AggregateID + ": " + string(e.Step) + ": " + e.Reason, Step: string(e.Step)}}
 	case rollout.MachineReleased:
 		snap, ok := a.Rollouts.Get(env.Org, env.AggregateID)
 		if !ok {
@@ -53,6 +53,11 @@ func (a *App) ApplyRegistryEffect(ctx context.Context, env *events.Envelope, pay
 			return err
 		}
 	}
+	if _, ok := deref(payload).(rollout.MachineDone); ok {
+		if snap, ok := a.Rollouts.Get(env.Org, env.AggregateID); ok && snap.State.Provisioning {
+			return a.catchUp(ctx, env, snap, uuid)
+		}
+	}
 	return nil
 }
 
@@ -74,6 +79,10 @@ func deref(p any) any {
 	case *rollout.MachineReleased:
 		return *e
 	case *machine.DeletionStarted:
+		return *e
+	case *machine.ForceUnassigned:
+		return *e
+	case *machine.Deleted:
 		return *e
 	}
 	return p

@@ -32,6 +32,8 @@ type StartRollout struct {
 	Machine     string // one machine's UUID, or all of the pool's
 	Strategy    pool.Rollout
 	RequestedBy string
+	// Provisioning: the machine's own first rollout (see StartProvisioning).
+	Provisioning bool
 }
 
 // RolloutIDFor is the id of the rollout that an event (a
@@ -67,21 +69,26 @@ func (a *App) Start(ctx context.Context, c StartRollout) (uint64, error) {
 	}
 	cmd := rollout.Start{
 		ID: c.ID, Pool: c.Pool, Cluster: c.Cluster, Revision: c.Revision, Hash: c.Hash, Rollback: c.Rollback,
-		After: c.After, PoolSize: len(ms), RequestedBy: c.RequestedBy,
+		After: c.After, PoolSize: len(ms), RequestedBy: c.RequestedBy, Provisioning: c.Provisioning,
 		Strategy: rollout.Strategy{Rollout: c.Strategy, RemediationMaxInFlight: a.Settings.RemediationMaxInFlight},
 	}
+	provisioning := a.provisioningRollouts(c.Org, c.Pool)
 	found := false
 	for _, m := range ms {
 		if c.Machine != "" && m.UUID != c.Machine {
 			continue
 		}
 		found = true
-		if why := excluded(m); why != "" {
-			cmd.Excluded = append(cmd.Excluded, rollout.Exclusion{UUID: m.UUID, Hostname: m.Hostname, Reason: why})
+		why := excluded(m)
+		if by, ok := provisioning[m.UUID]; ok && why == "" && !c.Provisioning {
+			why = "being provisioned by rollout " + by + "; it moves on to this rollout's revision when that finishes"
+		}
+		if why != "" {
+			cmd.Excluded = append(cmd.Excluded, rollout.Exclusion{UUID: m.UUID, Hostname: nodeName(m), Reason: why})
 			continue
 		}
 		cmd.Machines = append(cmd.Machines, rollout.Machine{
-			UUID: m.UUID, Hostname: m.Hostname, ControlPlane: m.ControlPlane, UpgradeIndex: m.UpgradeIndex,
+			UUID: m.UUID, Hostname: nodeName(m), ControlPlane: m.ControlPlane, UpgradeIndex: m.UpgradeIndex,
 			CurrentRevision: m.CurrentRevision, NoNode: noNode(m),
 		})
 	}
@@ -112,6 +119,21 @@ func (a *App) Start(ctx context.Context, c StartRollout) (uint64, error) {
 	return events.Version(envs), nil
 }
 
+// provisioningRollouts maps the machines of the pool's active
+// provisioning rollouts to the rollout provisioning them.
+func (a *App) provisioningRollouts(org, poolName string) map[string]string {
+	out := map[string]string{}
+	for _, r := range a.Rollouts.Active() {
+		if r.Org != org || r.State.Pool != poolName || !r.State.Provisioning {
+			continue
+		}
+		for _, m := range r.State.Machines {
+			out[m.UUID] = r.State.ID
+		}
+	}
+	return out
+}
+
 // excluded says why a machine of the pool is left out of a rollout, or "".
 func excluded(m regapi.Machine) string {
 	switch m.Status {
@@ -125,9 +147,6 @@ func excluded(m regapi.Machine) string {
 		return "never booted (pre-registered); it joins when it first boots"
 	case machine.StatusReadyUnassigned:
 		return "not in the pool"
-	}
-	if m.Hostname == "" {
-		return "it has no hostname, so no node name"
 	}
 	return ""
 }
@@ -231,3 +250,7 @@ func randomBytes(n int) []byte {
 	_, _ = rand.Read(b)
 	return b
 }
+
+// nodeName is the machine's node name as the registry derives it (its
+// hostname, or its UUID).
+func nodeName(m regapi.Machine) string { return machine.NodeNameOf(m.Hostname, m.UUID) }

@@ -104,9 +104,9 @@ func Register(srv *command.Server, a *app.App) error {
 			return out, nil
 		}),
 		control(api.SubjectPause, func(r api.ControlRequest) rollout.Command { return rollout.Pause{By: r.By, Reason: r.Reason} }),
-		control(api.SubjectResume, func(r api.ControlRequest) rollout.Command { return rollout.Resume{By: r.By} }),
+		control(api.SubjectResume, func(r api.ControlRequest) rollout.Command { return rollout.Resume{By: r.By, Reason: r.Reason} }),
 		control(api.SubjectAbort, func(r api.ControlRequest) rollout.Command { return rollout.Abort{By: r.By, Reason: r.Reason} }),
-		control(api.SubjectRetry, func(r api.ControlRequest) rollout.Command { return rollout.Retry{By: r.By} }),
+		control(api.SubjectRetry, func(r api.ControlRequest) rollout.Command { return rollout.Retry{By: r.By, Reason: r.Reason} }),
 		registerOperations(srv, a),
 	)
 }
@@ -133,6 +133,7 @@ const (
 	StartHandler          = "rollout-start-on-apply"
 	RegistryEffectHandler = "rollout-registry-effects"
 	MachineOpHandler      = "rollout-machine-operations"
+	ProvisionHandler      = "rollout-provision"
 )
 
 // RegisterEventHandlers starts a rollout for every pool.apply_requested
@@ -157,6 +158,14 @@ func RegisterEventHandlers(r *handler.Router, a *app.App) {
 		})
 	r.Handle(RegistryEffectHandler, events.Filter{AggregateType: app.AggregateType, EventTypes: app.RegistryEffectTypes},
 		a.ApplyRegistryEffect)
+	r.Handle(ProvisionHandler, events.Filter{AggregateType: "machine", EventTypes: app.ProvisionTriggers},
+		func(ctx context.Context, env *events.Envelope, payload any) error {
+			err := a.StartProvisioning(ctx, env, payload)
+			if errs.Is(err, errs.KindValidation) {
+				return handler.Permanent(err)
+			}
+			return err
+		})
 	r.Handle(MachineOpHandler, events.Filter{AggregateType: "machine", EventTypes: app.MachineOperationTriggers},
 		func(ctx context.Context, env *events.Envelope, payload any) error {
 			err := a.StartMachineOperation(ctx, env, payload)

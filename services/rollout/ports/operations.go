@@ -3,6 +3,9 @@ package ports
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/anvil-fleet/anvil/libs/events/command"
@@ -35,7 +38,10 @@ func registerOperations(srv *command.Server, a *app.App) error {
 			if !orgRE.MatchString(r.Org) {
 				return api.OperationList{}, errs.Invalid("org", "must be an organization id")
 			}
-			if r.Kind != "" && r.Kind != api.KindRollout {
+			if r.Kind == "" {
+				return listAllOperations(a, r)
+			}
+			if r.Kind != api.KindRollout {
 				return listMachineOperations(a, r)
 			}
 			vs, next, err := a.ListRollouts(r.Org, app.ListFilter{Pool: r.Pool, Status: r.Status, Cursor: r.Cursor, Limit: r.Limit})
@@ -86,7 +92,8 @@ func operationOf(v app.RolloutView, withRollout bool) api.Operation {
 	op := api.Operation{
 		Org: v.Org, ID: v.View.ID, Kind: api.KindRollout, Pool: v.View.Pool, Status: status, Reason: v.View.Reason,
 		Progress: v.View.Progress, StartedAt: v.View.StartedAt, FinishedAt: v.View.FinishedAt, UpdatedAt: v.UpdatedAt,
-		Version: v.Version, LogLength: v.LogLength,
+		Version: v.Version, LogLength: v.LogLength, Conditions: v.View.Conditions,
+		LastProgressAt: v.View.LastProgressAt, EstimatedDoneAt: v.View.EstimatedDoneAt,
 	}
 	if withRollout {
 		r := toAPI(v)
@@ -118,6 +125,10 @@ func machineOperationOf(snap app.OperationSnapshot, withLog bool) api.Operation 
 	}
 	if st.Running {
 		op.StepStatus = "running"
+	}
+	op.LastProgressAt = st.UpdatedAt
+	if !st.Status.Final() {
+		op.Conditions = machineOperationConditions(st)
 	}
 	switch st.Status {
 	case machineop.StatusSucceeded:
@@ -196,4 +207,78 @@ func machineOperationLog(ctx context.Context, a *app.App, r api.LogRequest) (api
 			return page, true
 		}
 	}
+}
+
+// machineOperationConditions says what a one-machine operation is doing
+// and, when a budget holds its drain, which pod and budget.
+func machineOperationConditions(st machineop.State) []operation.Condition {
+	var out []operation.Condition
+	if b := st.Blocked; b != nil && st.Running && st.Step() == machineop.StepDrain {
+		out = append(out, operation.Condition{Type: operation.ConditionDrainBlocked, Status: "True", Reason: "PodDisruptionBudget",
+			Message: fmt.Sprintf("pod %s cannot be evicted: PodDisruptionBudget %s refuses it (draining since %s)", b.Pod, b.Budget, st.StepAt.UTC().Format(time.RFC3339))})
+	}
+	msg := fmt.Sprintf("step %s (%d of %d)", st.Step(), st.Current+1, len(st.Steps))
+	if st.Running {
+		msg += ", deadline " + st.Deadline.UTC().Format(time.RFC3339)
+	}
+	return append(out, operation.Condition{Type: operation.ConditionProgressing, Status: "True", Reason: "StepRunning", Message: msg, Until: st.Deadline})
+}
+
+// listAllOperations lists rollouts and one-machine operations together,
+// newest first: the default of GET /operations.
+func listAllOperations(a *app.App, r api.ListRequest) (api.OperationList, error) {
+	limit := r.Limit
+	if limit < 0 || limit > app.MaxLimit {
+		return api.OperationList{}, errs.Invalid("limit", "must be between 1 and %d", app.MaxLimit)
+	}
+	if limit == 0 {
+		limit = app.DefaultLimit
+	}
+	var all []api.Operation
+	for _, v := range a.Rollouts.List(r.Org) {
+		if r.Pool == "" || v.View.Pool == r.Pool {
+			all = append(all, operationOf(v, false))
+		}
+	}
+	if a.Operations != nil {
+		for _, snap := range a.Operations.List(r.Org) {
+			if r.Pool == "" || snap.State.Pool == r.Pool {
+				all = append(all, machineOperationOf(snap, false))
+			}
+		}
+	}
+	slices.SortStableFunc(all, func(x, y api.Operation) int {
+		if c := y.StartedAt.Compare(x.StartedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(x.ID, y.ID)
+	})
+	out := api.OperationList{Items: []api.Operation{}}
+	started := r.Cursor == ""
+	for _, op := range all {
+		if !started {
+			started = op.ID == r.Cursor
+			continue
+		}
+		if r.Status != "" && op.Status != r.Status && !(r.Status == "active" && !finalStatus(op.Status)) {
+			continue
+		}
+		if len(out.Items) == limit {
+			out.Next = out.Items[len(out.Items)-1].ID
+			break
+		}
+		out.Items = append(out.Items, op)
+	}
+	if !started {
+		return api.OperationList{}, errs.Invalid("cursor", "is not an operation of this list")
+	}
+	return out, nil
+}
+
+func finalStatus(s string) bool {
+	switch s {
+	case "succeeded", "aborted", "cancelled", "failed":
+		return true
+	}
+	return false
 }

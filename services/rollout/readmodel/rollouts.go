@@ -7,10 +7,13 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/anvil-fleet/anvil/libs/events"
 	"github.com/anvil-fleet/anvil/services/rollout/app"
 	"github.com/anvil-fleet/anvil/services/rollout/domain/operation"
+	"github.com/anvil-fleet/anvil/services/rollout/domain/plan"
+	"github.com/anvil-fleet/anvil/services/rollout/domain/rollout"
 )
 
 // Rollouts is the projection of every rollout event. It implements
@@ -24,6 +27,9 @@ type Rollouts struct {
 	Waiter interface {
 		WaitFor(ctx context.Context, seq uint64) error
 	}
+	// Now is the clock the conditions of an exported rollout are computed
+	// at (nil: time.Now).
+	Now func() time.Time
 
 	mu         sync.RWMutex
 	checkpoint uint64
@@ -123,8 +129,8 @@ func (m *Rollouts) WaitFor(ctx context.Context, seq uint64) error {
 	return m.Waiter.WaitFor(ctx, seq)
 }
 
-func (e *entry) export(withLog, withMachines bool) app.RolloutView {
-	st := e.view.State()
+func (e *entry) export(withLog, withMachines bool, now time.Time) app.RolloutView {
+	cluster, strategy, requestedBy := e.view.Origin()
 	v := e.view
 	v.Machines = nil
 	v.Log = nil
@@ -136,8 +142,11 @@ func (e *entry) export(withLog, withMachines bool) app.RolloutView {
 	}
 	v.Excluded = slices.Clone(e.view.Excluded)
 	v.Checks = slices.Clone(e.view.Checks)
+	// It reads the live state: the caller holds the read lock.
+	v.Explain(func(s rollout.State) []rollout.Block { return plan.Next(s, now).Waiting }, now)
+	v.Detach()
 	return app.RolloutView{
-		Org: e.org, View: v, Cluster: st.Cluster, Strategy: st.Strategy, RequestedBy: st.RequestedBy,
+		Org: e.org, View: v, Cluster: cluster, Strategy: strategy, RequestedBy: requestedBy,
 		UpdatedAt: e.at.Time, Version: e.version, LogLength: len(e.view.Log),
 	}
 }
@@ -150,7 +159,7 @@ func (m *Rollouts) View(org, id string, withLog bool) (app.RolloutView, bool) {
 	if !ok {
 		return app.RolloutView{}, false
 	}
-	return e.export(withLog, true), true
+	return e.export(withLog, true, m.now()), true
 }
 
 // List implements app.Rollouts.
@@ -160,7 +169,7 @@ func (m *Rollouts) List(org string) []app.RolloutView {
 	var out []app.RolloutView
 	for i := len(m.order) - 1; i >= 0; i-- {
 		if e := m.order[i]; e.org == org {
-			out = append(out, e.export(false, false))
+			out = append(out, e.export(false, false, m.now()))
 		}
 	}
 	return out
@@ -181,4 +190,11 @@ func (m *Rollouts) Log(org, id string, after, limit int) (app.LogSlice, bool) {
 		Entries: slices.Clone(log[after:end]), Next: end, Status: string(e.view.Status),
 		Final: e.view.Status.Final() && end == len(log),
 	}, true
+}
+
+func (m *Rollouts) now() time.Time {
+	if m.Now != nil {
+		return m.Now()
+	}
+	return time.Now()
 }

@@ -27,6 +27,8 @@ func TestRollouts(t *testing.T) {
 	t.Run("remediation of a machine that never rejoins", func(t *testing.T) { s.t = t; remediation(s) })
 	t.Run("a pool's rollout after another's", func(t *testing.T) { s.t = t; ordered(s) })
 	t.Run("maintenance and graceful delete", func(t *testing.T) { s.t = t; maintenanceAndDelete(s) })
+	t.Run("a machine provisions itself", func(t *testing.T) { s.t = t; selfProvisioning(s) })
+	t.Run("the node follows the machine", func(t *testing.T) { s.t = t; nodeFollowsMachine(s) })
 	t.Run("two replicas, one lease", func(t *testing.T) { s.t = t; twoReplicas(s) })
 	t.Run("twenty crashes of the rollout service", func(t *testing.T) { s.t = t; crashes(s) })
 }
@@ -234,9 +236,9 @@ func neverReports(s *stack) {
 	if c := s.cordoned(pool + "-"); !slices.Equal(c, []string{pool + "-m01"}) {
 		s.t.Fatalf("cordoned %v", c)
 	}
-	s.eventually("the registry says m01 failed", time.Minute, func() (bool, string) {
+	s.eventually("the registry says m01 failed, with the step", time.Minute, func() (bool, string) {
 		m := s.registryMachines(org, pool)[pool+"-m01"]
-		return m.Status == "failed", string(m.Status)
+		return m.Status == "failed" && m.Failure != nil && m.Failure.Step == "wait_boot", fmt.Sprintf("%s %+v", m.Status, m.Failure)
 	})
 	ms[0].Hang(false)
 	_, err := s.api.Retry(s.ctx, api.ControlRequest{Org: org, ID: r.ID})

@@ -39,8 +39,6 @@ type Config struct {
 	LeaseTTL time.Duration // --lease-ttl / ANVIL_ROLLOUT_LEASE_TTL
 	Poll     time.Duration // --poll / ANVIL_ROLLOUT_POLL
 	Replan   time.Duration // --replan / ANVIL_ROLLOUT_REPLAN
-	// OnlineWindow: --ipxe-online-window / ANVIL_ROLLOUT_IPXE_ONLINE_WINDOW
-	OnlineWindow time.Duration
 	// RemediationMaxInFlight: --remediation-max-in-flight /
 	// ANVIL_ROLLOUT_REMEDIATION_MAX_IN_FLIGHT
 	RemediationMaxInFlight int
@@ -59,8 +57,6 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"safety-net interval at which each rollout is planned again without any event (env ANVIL_ROLLOUT_REPLAN)")
 	fs.IntVar(&c.RemediationMaxInFlight, "remediation-max-in-flight", svc.EnvInt("ANVIL_ROLLOUT_REMEDIATION_MAX_IN_FLIGHT", 0),
 		"give a machine that booted but never came back one more reboot, at most this many machines of a rollout at a time; 0 disables (env ANVIL_ROLLOUT_REMEDIATION_MAX_IN_FLIGHT)")
-	fs.DurationVar(&c.OnlineWindow, "ipxe-online-window", envDuration("ANVIL_ROLLOUT_IPXE_ONLINE_WINDOW", 2*time.Minute),
-		"a machine without a node that iPXE-booted this recently counts as online for the sanity checks (env ANVIL_ROLLOUT_IPXE_ONLINE_WINDOW)")
 }
 
 func envDuration(name string, def time.Duration) time.Duration {
@@ -92,8 +88,8 @@ func (c Config) withDefaults() (Config, error) {
 	if c.RemediationMaxInFlight < 0 || c.RemediationMaxInFlight > 1000 {
 		errs = append(errs, fmt.Errorf("--remediation-max-in-flight must be between 0 and 1000, got %d", c.RemediationMaxInFlight))
 	}
-	if c.Poll < 0 || c.Replan < 0 || c.OnlineWindow < 0 {
-		errs = append(errs, errors.New("--poll, --replan and --ipxe-online-window must not be negative"))
+	if c.Poll < 0 || c.Replan < 0 {
+		errs = append(errs, errors.New("--poll and --replan must not be negative"))
 	}
 	return c, errors.Join(errs...)
 }
@@ -162,7 +158,7 @@ func Start(ctx context.Context, cfg Config, o svc.Options, h Hooks) error {
 		Store:      rt.Store, Events: rt.Registry, Registry: adapters.NewRegistry(rt.Conn), Revisions: revisions,
 		Boot: adapters.Boot{NC: rt.Conn}, Clusters: clusters, Leases: leases, Rollouts: model,
 		Log: log, Now: h.Now, Metrics: app.DefaultMetrics(),
-		Settings: app.Settings{Poll: cfg.Poll, Replan: cfg.Replan, OnlineWindow: cfg.OnlineWindow, Instance: cfg.Instance,
+		Settings: app.Settings{Poll: cfg.Poll, Replan: cfg.Replan, Instance: cfg.Instance,
 			RemediationMaxInFlight: cfg.RemediationMaxInFlight},
 	}
 	a.Defaults()
@@ -228,7 +224,9 @@ func Start(ctx context.Context, cfg Config, o svc.Options, h Hooks) error {
 		if err := opsRunner.WaitLive(bg); err != nil {
 			return
 		}
-		a.Supervise(bg, 2*time.Second)
+		// What the drivers and executors append, and the commands they
+		// send, are the rollout service's own doing.
+		a.Supervise(events.WithActor(bg, "service:"+Name), 2*time.Second)
 	}()
 
 	srv := command.NewServer(rt.Conn, api.QueueGroup, 64, log)

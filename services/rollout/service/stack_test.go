@@ -25,6 +25,7 @@ import (
 	"github.com/anvil-fleet/anvil/libs/events/svc"
 	"github.com/anvil-fleet/anvil/libs/kubeharness"
 	bootapi "github.com/anvil-fleet/anvil/services/boot/api"
+	"github.com/anvil-fleet/anvil/services/boot/api/simassets"
 	bootservice "github.com/anvil-fleet/anvil/services/boot/service"
 	regapi "github.com/anvil-fleet/anvil/services/registry/api"
 	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
@@ -91,8 +92,14 @@ func newStack(t testing.TB) *stack {
 	}, func() { s.regs = <-ready })
 
 	bready := make(chan *bootservice.Service, 1)
+	// The simulator's assets for the catalog: the revisions service checks
+	// a revision's files with the boot service before saving it.
+	assets, err := simassets.Dir(t.TempDir(), k8sVersions)
+	if err != nil {
+		t.Fatal(err)
+	}
 	bcfg := bootservice.Config{Config: svc.Config{Service: bootservice.Name}, Listen: "127.0.0.1:0", SigningKeys: signingKey,
-		RetryInitial: 200 * time.Millisecond, RetryMax: time.Second, AssetBaseURL: "http://mirror.test/flatcar"}
+		RetryInitial: 200 * time.Millisecond, RetryMax: time.Second, AssetBaseURL: "http://mirror.test/flatcar", AssetsDir: assets}
 	var boot *bootservice.Service
 	s.run("boot", func(ctx context.Context) error {
 		return bootservice.Start(ctx, bcfg, svc.Options{Conn: s.conn(), Logger: s.logger("boot")}, bootservice.Hooks{Ready: bready})

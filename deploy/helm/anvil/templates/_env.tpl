@@ -15,9 +15,14 @@ default. Every name here is read by the service's RegisterFlags. */}}
       name: {{ include "anvil.encryptionKeysSecret" . }}
       key: {{ ternary $c.encryptionKeys.existingSecretKey "keys" (ne $c.encryptionKeys.existingSecret "") }}
 {{- include "anvil.optEnv" (dict "name" "ANVIL_BOOT_PUBLIC_URL" "value" (include "anvil.bootURL" .)) }}
+{{- if and $c.agentURL (not $c.agentHash) }}
+{{- fail "revisions.agentHash is required with revisions.agentURL: Ignition verifies every file it fetches (sha512-<hex> of the binary)" }}
+{{- end }}
+{{- if and $c.agentHash (not $c.agentURL) }}
+{{- fail "revisions.agentHash goes only with revisions.agentURL: the boot service hashes the agent it serves" }}
+{{- end }}
 {{- include "anvil.optEnv" (dict "name" "ANVIL_AGENT_URL" "value" $c.agentURL) }}
 {{- include "anvil.optEnv" (dict "name" "ANVIL_AGENT_HASH" "value" $c.agentHash) }}
-{{- include "anvil.optEnv" (dict "name" "ANVIL_SYSEXT_URL" "value" $c.sysextURL) }}
 {{- include "anvil.optEnv" (dict "name" "ANVIL_KUBERNETES_VERSIONS" "value" (join "," ($c.kubernetesVersions | default list))) }}
 {{- include "anvil.optEnv" (dict "name" "ANVIL_REVISIONS_RENDER_CACHE_BYTES" "value" (int64 $c.renderCacheBytes)) }}
 {{- end -}}
@@ -27,7 +32,6 @@ default. Every name here is read by the service's RegisterFlags. */}}
 {{- include "anvil.optEnv" (dict "name" "ANVIL_ROLLOUT_LEASE_TTL" "value" $c.leaseTTL) }}
 {{- include "anvil.optEnv" (dict "name" "ANVIL_ROLLOUT_POLL" "value" $c.poll) }}
 {{- include "anvil.optEnv" (dict "name" "ANVIL_ROLLOUT_REPLAN" "value" $c.replan) }}
-{{- include "anvil.optEnv" (dict "name" "ANVIL_ROLLOUT_IPXE_ONLINE_WINDOW" "value" $c.ipxeOnlineWindow) }}
 {{- end -}}
 
 {{- define "anvil.env.boot" -}}
@@ -37,6 +41,7 @@ default. Every name here is read by the service's RegisterFlags. */}}
 {{- include "anvil.optEnv" (dict "name" "ANVIL_BOOT_PUBLIC_URL" "value" $c.publicURL) }}
 {{- include "anvil.optEnv" (dict "name" "ANVIL_BOOT_ASSET_BASE_URL" "value" $c.assetBaseURL) }}
 {{- include "anvil.optEnv" (dict "name" "ANVIL_BOOT_ASSETS_DIR" "value" $c.assetsDir) }}
+{{- include "anvil.optEnv" (dict "name" "ANVIL_BOOT_SYSEXT_MIRROR" "value" $c.sysextMirror) }}
 {{- include "anvil.optEnv" (dict "name" "ANVIL_BOOT_KERNEL_ARGS" "value" $c.kernelArgs) }}
 {{- if $c.signingKeys.existingSecret }}
 - name: ANVIL_BOOT_SIGNING_KEYS
@@ -83,4 +88,6 @@ default. Every name here is read by the service's RegisterFlags. */}}
 {{- end }}
 {{- include "anvil.optEnv" (dict "name" "ANVIL_GATEWAY_BODY_LIMIT" "value" (int64 $c.bodyLimit)) }}
 {{- include "anvil.optEnv" (dict "name" "ANVIL_GATEWAY_IDEMPOTENCY_TTL" "value" $c.idempotencyTTL) }}
+{{- /* The console shows operators the iPXE chain URL under the boot service's public URL. */}}
+{{- include "anvil.optEnv" (dict "name" "ANVIL_CONSOLE_BOOT_URL" "value" (include "anvil.bootURL" .)) }}
 {{- end -}}

@@ -18,7 +18,7 @@ registry: [anvil_heartbeats]
 revisions: []
 rollout: [anvil_rollout_leases]
 boot: [anvil_boot_machines, anvil_boot_startup_logs, anvil_boot_keys]
-gateway: [anvil_idempotency]
+gateway: [anvil_idempotency, anvil_console_sessions]
 {{- end -}}
 
 {{- define "anvil.natsSubjects" -}}
@@ -27,7 +27,8 @@ registry:
   subscribe: [cmd.registry.>]
   reads: []
 revisions:
-  publish: [events.>, poison.>]
+  # cmd.boot.assets.>: the files a revision makes machines fetch, checked before it is saved.
+  publish: [events.>, poison.>, cmd.boot.assets.>]
   subscribe: [cmd.revisions.>]
   reads: []
 rollout:

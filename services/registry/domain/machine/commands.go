@@ -111,6 +111,9 @@ type Register struct {
 
 type RecordIPXEBoot struct {
 	At time.Time `json:"at"`
+	// RetryIn is the delay the boot script tells the firmware to wait
+	// before it asks again (0: none given).
+	RetryIn time.Duration `json:"retry_in,omitempty"`
 }
 
 type RecordIgnition struct {
@@ -154,6 +157,8 @@ type MarkReady struct {
 // MarkFailed: the step in progress failed or timed out.
 type MarkFailed struct {
 	Reason string `json:"reason"`
+	// Step is the step that failed, for the record (optional).
+	Step string `json:"step,omitempty"`
 }
 
 type CompleteUnassign struct{}
@@ -359,10 +364,17 @@ func (c RecordIPXEBoot) decide(s *State, _ time.Time) ([]any, error) {
 	if err := booted(s, "record an iPXE boot"); err != nil {
 		return nil, err
 	}
-	if !c.At.After(s.LastIPXEBootAt) {
+	if c.RetryIn < 0 || c.RetryIn > 24*time.Hour {
+		return nil, errs.Invalid("retry_in", "must be between 0 and 24h, got %s", c.RetryIn)
+	}
+	var retryBy time.Time
+	if c.RetryIn > 0 {
+		retryBy = c.At.Add(c.RetryIn).UTC()
+	}
+	if c.At.Before(s.LastIPXEBootAt) || (c.At.Equal(s.LastIPXEBootAt) && !retryBy.After(s.IPXERetryBy)) {
 		return nil, nil
 	}
-	return one(IPXEBooted{At: c.At.UTC()})
+	return one(IPXEBooted{At: c.At.UTC(), RetryBy: retryBy})
 }
 
 func (c RecordIgnition) decide(s *State, _ time.Time) ([]any, error) {
@@ -698,6 +710,7 @@ func (c MarkReady) decide(s *State, _ time.Time) ([]any, error) {
 func (c MarkFailed) decide(s *State, _ time.Time) ([]any, error) {
 	var f errs.Fields
 	validateText(&f, "reason", c.Reason, true, MaxReasonLen)
+	validateText(&f, "step", c.Step, false, 64)
 	if err := f.Err(); err != nil {
 		return nil, err
 	}
@@ -705,8 +718,11 @@ func (c MarkFailed) decide(s *State, _ time.Time) ([]any, error) {
 		return nil, err
 	}
 	switch s.Status {
-	case StatusPending, StatusProvisioning, StatusReconfiguring, StatusEnteringMaintenance, StatusUnassigning:
-		return one(Failed{Reason: c.Reason, During: s.Status})
+	// ready too: a rollout can fail a machine before it targets it (a
+	// cordon that fails, a reapply of the revision it runs), and the
+	// machine must not look healthy while its node stays cordoned.
+	case StatusPending, StatusProvisioning, StatusReady, StatusReconfiguring, StatusEnteringMaintenance, StatusUnassigning:
+		return one(Failed{Reason: c.Reason, During: s.Status, Step: c.Step})
 	case StatusFailed:
 		return nil, nil // keep the first reason: it is the cause
 	case StatusDeleting:

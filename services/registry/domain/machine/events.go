@@ -76,6 +76,7 @@ type BecameReady struct {
 type Failed struct {
 	Reason string `json:"reason"`
 	During Status `json:"during"`
+	Step   string `json:"step,omitempty"`
 }
 
 // MaintenanceRequested: maintenance was turned on; the node is being drained.
@@ -115,6 +116,9 @@ type Deleted struct {
 // IPXEBooted: the machine iPXE-booted and reached the boot service.
 type IPXEBooted struct {
 	At time.Time `json:"at"`
+	// RetryBy is when the firmware said it would ask again (the boot
+	// script's back-off), if it was told to wait.
+	RetryBy time.Time `json:"retry_by,omitzero"`
 }
 
 // IgnitionCompleted: Flatcar fetched its Ignition config.

@@ -423,3 +423,63 @@ func FuzzValidateHostnameAndLabels(f *testing.F) {
 		}
 	})
 }
+
+func TestNodeNameDefaultsToTheUUID(t *testing.T) {
+	var s State
+	apply(t, &s, Register{UUID: fxUUID, MAC: fxMAC, EnrollmentTokenID: fxToken, At: t0})
+	if s.Hostname != "" || s.NodeName != fxUUID {
+		t.Fatalf("a machine without a hostname is named by its UUID: hostname %q, node name %q", s.Hostname, s.NodeName)
+	}
+	apply(t, &s, SetHostname{Hostname: "worker-3"})
+	if s.NodeName != "worker-3" {
+		t.Fatalf("the hostname names the node: %q", s.NodeName)
+	}
+	if err := ValidateHostname(NodeNameOf("", fxUUID)); err != nil {
+		t.Fatalf("the default node name must be a valid hostname: %v", err)
+	}
+}
+
+func TestFailureRecordsTheStepWhateverTheStatus(t *testing.T) {
+	s := stateIn(t, StatusReady)
+	apply(t, &s, MarkFailed{Reason: "rollout ro-1: cordon: the API server refused the patch", Step: "cordon"})
+	if s.Status != StatusFailed || s.Failure == nil || s.Failure.Step != "cordon" || s.Failure.During != StatusReady {
+		t.Fatalf("a machine whose rollout failed while it was ready must be failed with the step: %+v", s.Failure)
+	}
+	// Retried, it is reconfigured (it had joined).
+	apply(t, &s, SetTargetRevision{Revision: 2})
+	if s.Status != StatusReconfiguring {
+		t.Fatalf("retry of a machine that failed while ready: %s", s.Status)
+	}
+	if _, err := Decide(s, MarkFailed{Reason: "x", Step: strings.Repeat("s", 65)}, matrixNow); !reflect.DeepEqual(fieldNames(err), []string{"step"}) {
+		t.Fatalf("an oversized step must be refused naming the field: %v", err)
+	}
+}
+
+func TestIPXEBootRecordsWhenTheFirmwareAsksAgain(t *testing.T) {
+	var s State
+	apply(t, &s, Register{UUID: fxUUID, MAC: fxMAC, EnrollmentTokenID: fxToken, At: t0})
+	evs := apply(t, &s, RecordIPXEBoot{At: t0, RetryIn: 40 * time.Second})
+	if len(evs) != 1 || !s.IPXERetryBy.Equal(t0.Add(40*time.Second)) {
+		t.Fatalf("the first boot's retry time must be recorded: %v %+v", evs, s.IPXERetryBy)
+	}
+	if evs := apply(t, &s, RecordIPXEBoot{At: t0, RetryIn: 40 * time.Second}); len(evs) != 0 {
+		t.Fatalf("the same boot again must be a no-op: %v", evs)
+	}
+	apply(t, &s, RecordIPXEBoot{At: t0.Add(time.Minute), RetryIn: 5 * time.Minute})
+	if !s.IPXERetryBy.Equal(t0.Add(6 * time.Minute)) {
+		t.Fatalf("a later boot moves the retry time: %v", s.IPXERetryBy)
+	}
+	if _, err := Decide(s, RecordIPXEBoot{At: t0.Add(2 * time.Minute), RetryIn: -time.Second}, matrixNow); !reflect.DeepEqual(fieldNames(err), []string{"retry_in"}) {
+		t.Fatalf("a negative retry must be refused naming the field: %v", err)
+	}
+}
+
+// stateIn builds a machine in status st from the matrix's fixtures.
+func stateIn(t *testing.T, st Status) State {
+	t.Helper()
+	evs, ok := fixtures()[string(st)]
+	if !ok {
+		t.Fatalf("no fixture for %s", st)
+	}
+	return build(evs)
+}

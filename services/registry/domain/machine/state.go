@@ -37,6 +37,9 @@ type Reboot struct {
 type Failure struct {
 	Reason string `json:"reason"`
 	During Status `json:"during"`
+	// Step is the step that failed ("cordon", "drain", "wait_boot", …),
+	// when the failure came from a rollout or an operation.
+	Step string `json:"step,omitempty"`
 }
 
 // Deletion is an ongoing deletion.
@@ -51,9 +54,13 @@ type Deletion struct {
 // State is a machine as folded from its events. The zero value is a machine
 // that does not exist (never seen, or deleted).
 type State struct {
-	UUID              string            `json:"uuid"`
-	Status            Status            `json:"status"`
-	Hostname          string            `json:"hostname,omitempty"`
+	UUID     string `json:"uuid"`
+	Status   Status `json:"status"`
+	Hostname string `json:"hostname,omitempty"`
+	// NodeName is the name of the machine's Kubernetes Node: its hostname,
+	// or its UUID when it has none (see NodeNameOf). It is derived, never
+	// set by a command, and is the same in its Ignition, its Node and the API.
+	NodeName          string            `json:"node_name,omitempty"`
 	Labels            map[string]string `json:"labels,omitempty"`
 	Pool              string            `json:"pool,omitempty"`
 	UpgradeIndex      int               `json:"upgrade_index,omitempty"` // 0: unset
@@ -78,7 +85,11 @@ type State struct {
 	Connectivity      Connectivity `json:"connectivity,omitempty"`
 	ConnectivitySince time.Time    `json:"connectivity_since,omitzero"`
 	LastIPXEBootAt    time.Time    `json:"last_ipxe_boot_at,omitzero"`
-	LastIgnitionAt    time.Time    `json:"last_ignition_at,omitzero"`
+	// IPXERetryBy is when the firmware, told to wait at its last iPXE
+	// boot, said it would ask again: until then (plus a grace) a machine
+	// without an agent is alive in its boot loop, not offline.
+	IPXERetryBy    time.Time `json:"ipxe_retry_by,omitzero"`
+	LastIgnitionAt time.Time `json:"last_ignition_at,omitzero"`
 }
 
 // Exists reports whether the machine exists.
@@ -229,7 +240,7 @@ func (s *State) Apply(event any) {
 		s.setStatus(StatusReady)
 	case Failed:
 		s.MaintenanceReturn = ""
-		s.Failure = &Failure{Reason: e.Reason, During: e.During}
+		s.Failure = &Failure{Reason: e.Reason, During: e.During, Step: e.Step}
 		s.setStatus(StatusFailed)
 	case MaintenanceRequested:
 		s.MaintenanceReturn = s.Status
@@ -277,6 +288,9 @@ func (s *State) Apply(event any) {
 		*s = State{}
 	case IPXEBooted:
 		s.LastIPXEBootAt = utc(e.At)
+		if !e.RetryBy.IsZero() {
+			s.IPXERetryBy = utc(e.RetryBy)
+		}
 	case IgnitionCompleted:
 		s.LastIgnitionAt = utc(e.At)
 	case RevisionBooted:
@@ -290,6 +304,9 @@ func (s *State) Apply(event any) {
 		s.Connectivity, s.ConnectivitySince = Offline, utc(e.LastSeenAt)
 	case CameOnline:
 		s.Connectivity, s.ConnectivitySince = Online, utc(e.LastSeenAt)
+	}
+	if s.Exists() {
+		s.NodeName = NodeNameOf(s.Hostname, s.UUID)
 	}
 }
 
@@ -310,4 +327,15 @@ func retryStatus(f *Failure) Status {
 		return StatusProvisioning
 	}
 	return StatusReconfiguring
+}
+
+// NodeNameOf is the node name of a machine: its hostname, or, when it has
+// none (a machine that registered itself and was never named), its UUID,
+// which is unique in the organization and a valid DNS label (lowercase
+// hex and hyphens, 36 characters).
+func NodeNameOf(hostname, uuid string) string {
+	if hostname != "" {
+		return hostname
+	}
+	return uuid
 }

@@ -10,21 +10,20 @@ import (
 	"unicode/utf8"
 
 	"github.com/anvil-fleet/anvil/libs/events/errs"
-	"k8s.io/apimachinery/pkg/api/validate/content"
+	"github.com/anvil-fleet/anvil/libs/fields"
 )
 
 // Limits that keep one machine's record small and bounded.
 const (
 	MaxLabels      = 64
-	MaxHostnameLen = 64 // Linux HOST_NAME_MAX; the hostname becomes the node name
-	MaxReasonLen   = 1024
+	MaxHostnameLen = fields.MaxHostname // it names the node and is its kubernetes.io/hostname label
+	MaxReasonLen   = fields.MaxReason
 	MaxDisks       = 256
 	MaxNICs        = 256
 )
 
-// ValidateHostname checks an RFC 1123 hostname that is also a valid
-// Kubernetes node name: lowercase, dot-separated labels of letters, digits
-// and '-', each at most 63 characters, at most 64 in all.
+// ValidateHostname checks a hostname with the rule every service shares
+// (fields.Hostname): lowercase RFC 1123, at most 63 characters.
 func ValidateHostname(h string) error {
 	var f errs.Fields
 	validateHostname(&f, "hostname", h)
@@ -36,15 +35,8 @@ func validateHostname(f *errs.Fields, field, h string) {
 		f.Add(field, "is required")
 		return
 	}
-	if len(h) > MaxHostnameLen {
-		f.Add(field, "must be at most %d characters, got %d", MaxHostnameLen, len(h))
-		return
-	}
-	for i, label := range strings.Split(h, ".") {
-		if reason := dnsLabelProblem(label); reason != "" {
-			f.Add(field, "label %d (%q) %s", i+1, label, reason)
-			return
-		}
+	if err := fields.Hostname(h); err != nil {
+		f.Add(field, "%v", err)
 	}
 }
 
@@ -85,8 +77,8 @@ func validatePool(f *errs.Fields, field, p string) {
 		f.Add(field, "is required")
 		return
 	}
-	if reason := dnsLabelProblem(p); reason != "" {
-		f.Add(field, "%s", reason)
+	if err := fields.DNSLabel(p); err != nil {
+		f.Add(field, "%v", err)
 	}
 }
 
@@ -110,11 +102,11 @@ func validateLabels(f *errs.Fields, field string, labels map[string]string) {
 	slices.Sort(keys) // report in a stable order
 	for _, k := range keys {
 		name := field + "[" + strconv.Quote(k) + "]"
-		if problems := content.IsLabelKey(k); len(problems) > 0 {
-			f.Add(name, "key: %s", strings.Join(problems, "; "))
+		if err := fields.LabelKey(k); err != nil {
+			f.Add(name, "key: %v", err)
 		}
-		if problems := content.IsLabelValue(labels[k]); len(problems) > 0 {
-			f.Add(name, "value: %s", strings.Join(problems, "; "))
+		if err := fields.LabelValue(labels[k]); err != nil {
+			f.Add(name, "value: %v", err)
 		}
 	}
 }
@@ -134,16 +126,17 @@ func normalizeMAC(s string) (string, error) {
 	return hw.String(), nil
 }
 
+// validateText checks a reason: one line of text (fields.Text), so that
+// no control character or escape sequence reaches a log or a terminal.
 func validateText(f *errs.Fields, field, v string, required bool, max int) {
-	switch {
-	case v == "":
+	if v == "" {
 		if required {
 			f.Add(field, "is required")
 		}
-	case !utf8.ValidString(v):
-		f.Add(field, "must be valid UTF-8")
-	case len(v) > max:
-		f.Add(field, "must be at most %d bytes, got %d", max, len(v))
+		return
+	}
+	if err := fields.Text(v, max, false); err != nil {
+		f.Add(field, "%v", err)
 	}
 }
 

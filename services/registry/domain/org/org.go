@@ -9,10 +9,9 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/anvil-fleet/anvil/libs/events/errs"
+	"github.com/anvil-fleet/anvil/libs/fields"
 	"github.com/anvil-fleet/anvil/services/registry/domain/token"
 )
 
@@ -182,36 +181,31 @@ func ValidateID(id string) error {
 }
 
 func validateID(f *errs.Fields, field, id string) {
-	switch {
-	case id == "":
+	if id == "" {
 		f.Add(field, "is required")
-	case len(id) > 63:
-		f.Add(field, "must be at most 63 characters, got %d", len(id))
-	default:
-		for i := 0; i < len(id); i++ {
-			c := id[i]
-			ok := c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' && i > 0 && i < len(id)-1
-			if !ok {
-				f.Add(field, "must be a DNS label: lowercase letters, digits and '-', starting and ending with a letter or digit")
-				return
-			}
-		}
+		return
+	}
+	if err := fields.DNSLabel(id); err != nil {
+		f.Add(field, "%v", err)
 	}
 }
 
 const maxNameLen = 100
 
+// validateText checks a name shown to people with the rule every service
+// shares (fields.DisplayName: no control, invisible or direction-changing
+// characters), and no surrounding whitespace.
 func validateText(f *errs.Fields, field, v string, required bool) {
 	switch {
-	case v == "" && required:
-		f.Add(field, "is required")
-	case !utf8.ValidString(v):
-		f.Add(field, "must be valid UTF-8")
-	case utf8.RuneCountInString(v) > maxNameLen:
-		f.Add(field, "must be at most %d characters", maxNameLen)
+	case v == "":
+		if required {
+			f.Add(field, "is required")
+		}
 	case strings.TrimSpace(v) != v:
 		f.Add(field, "must not start or end with whitespace")
-	case strings.ContainsFunc(v, unicode.IsControl):
-		f.Add(field, "must not contain control characters")
+	default:
+		if err := fields.DisplayName(v); err != nil {
+			f.Add(field, "%v", err)
+		}
 	}
 }

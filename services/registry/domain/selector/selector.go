@@ -6,6 +6,7 @@ package selector
 
 import (
 	"strings"
+	"unicode/utf8"
 
 	"github.com/anvil-fleet/anvil/libs/events/errs"
 	"k8s.io/apimachinery/pkg/labels"
@@ -26,6 +27,11 @@ type Selector struct {
 func Parse(expr string) (Selector, error) {
 	if len(expr) > MaxLen {
 		return Selector{}, errs.Invalid("selector", "must be at most %d bytes, got %d", MaxLen, len(expr))
+	}
+	// Kubernetes' lexer ends the input at a NUL: "\x00=x" would parse as
+	// the empty selector, which selects everything.
+	if i := strings.IndexFunc(expr, func(r rune) bool { return r < 0x20 || r == 0x7f || r == utf8.RuneError }); i >= 0 {
+		return Selector{}, errs.Invalid("selector", "must not contain control characters or invalid UTF-8 (at byte %d)", i)
 	}
 	if strings.TrimSpace(expr) == "" {
 		return Selector{}, nil

@@ -113,3 +113,11 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+func TestControlCharactersAreRefused(t *testing.T) {
+	for _, expr := range []string{"\x00=x", "rack=r1\x00", "rack\n=r1", "rack=\x1b[31m", "rack=\xff"} {
+		if _, err := Parse(expr); !errs.Is(err, errs.KindValidation) {
+			t.Errorf("%q must be refused (a NUL once made a selector that matched everything), got %v", expr, err)
+		}
+	}
+}

@@ -1,105 +1,38 @@
-// Package check holds the small format rules that several aggregates share
-// (names, Kubernetes labels, hostnames, SSH keys). Each rule returns an error
-// whose message is a human reason; callers attach the field path.
+// Package check holds the format rules the revisions service's aggregates
+// use (names, Kubernetes labels, hostnames, SSH keys). The rules every
+// service shares are libs/fields' (one rule per field everywhere); these
+// functions are them under the names this service's code calls. Each
+// returns an error whose message is a human reason; callers attach the
+// field path.
 package check
 
 import (
 	"errors"
 	"fmt"
-	"regexp"
 	"strings"
-	"unicode"
-	"unicode/utf8"
-)
 
-var (
-	dnsLabelRe  = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]*[a-z0-9])?$`)
-	labelNameRe = regexp.MustCompile(`^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$`)
+	"github.com/anvil-fleet/anvil/libs/fields"
 )
 
 // DNSLabel checks an RFC 1123 label: the form of every aggregate id here,
 // because ids end up in NATS subjects, URLs and file names.
-func DNSLabel(s string) error {
-	switch {
-	case s == "":
-		return errors.New("must not be empty")
-	case len(s) > 63:
-		return fmt.Errorf("must be at most 63 characters, got %d", len(s))
-	case !dnsLabelRe.MatchString(s):
-		return errors.New("must consist of lowercase letters, digits and '-', and start and end with a letter or digit (RFC 1123 label)")
-	}
-	return nil
-}
+func DNSLabel(s string) error { return fields.DNSLabel(s) }
 
 // DNSSubdomain checks an RFC 1123 subdomain (dot-separated labels, at most 253 characters).
-func DNSSubdomain(s string) error {
-	if s == "" {
-		return errors.New("must not be empty")
-	}
-	if len(s) > 253 {
-		return fmt.Errorf("must be at most 253 characters, got %d", len(s))
-	}
-	for _, l := range strings.Split(s, ".") {
-		if l == "" || len(l) > 63 || !dnsLabelRe.MatchString(l) {
-			return errors.New("must be lowercase RFC 1123 labels (letters, digits, '-') separated by dots")
-		}
-	}
-	return nil
-}
+func DNSSubdomain(s string) error { return fields.DNSSubdomain(s) }
 
 // Hostname checks a machine hostname. It is RFC 1123 and lowercase (the
 // kubelet registers the node under it, and node names are DNS subdomains),
 // and at most 63 characters because that is what Linux keeps (HOST_NAME_MAX
 // is 64 including the terminator).
-func Hostname(s string) error {
-	if len(s) > 63 {
-		return fmt.Errorf("must be at most 63 characters, got %d", len(s))
-	}
-	if err := DNSSubdomain(s); err != nil {
-		return err
-	}
-	return nil
-}
+func Hostname(s string) error { return fields.Hostname(s) }
 
 // LabelKey checks a Kubernetes label (or taint) key: an optional DNS
 // subdomain prefix and a '/', then a name of at most 63 characters.
-func LabelKey(k string) error {
-	if k == "" {
-		return errors.New("must not be empty")
-	}
-	name := k
-	if i := strings.LastIndexByte(k, '/'); i >= 0 {
-		prefix := k[:i]
-		name = k[i+1:]
-		if err := DNSSubdomain(prefix); err != nil {
-			return fmt.Errorf("prefix %q %v", prefix, err)
-		}
-	}
-	if name == "" {
-		return errors.New("name part must not be empty")
-	}
-	if len(name) > 63 {
-		return fmt.Errorf("name part must be at most 63 characters, got %d", len(name))
-	}
-	if !labelNameRe.MatchString(name) {
-		return errors.New("name part must consist of letters, digits, '-', '_' or '.', and start and end with a letter or digit")
-	}
-	return nil
-}
+func LabelKey(k string) error { return fields.LabelKey(k) }
 
 // LabelValue checks a Kubernetes label (or taint) value; empty is allowed.
-func LabelValue(v string) error {
-	if v == "" {
-		return nil
-	}
-	if len(v) > 63 {
-		return fmt.Errorf("must be at most 63 characters, got %d", len(v))
-	}
-	if !labelNameRe.MatchString(v) {
-		return errors.New("must consist of letters, digits, '-', '_' or '.', and start and end with a letter or digit")
-	}
-	return nil
-}
+func LabelValue(v string) error { return fields.LabelValue(v) }
 
 // kubeletAllowedLabels are the labels in the kubernetes.io and k8s.io
 // namespaces that a kubelet may set on its own node; it refuses to start
@@ -145,40 +78,11 @@ func NodeLabelKey(k string) error {
 }
 
 // DisplayName checks a free-text name shown in UIs.
-func DisplayName(s string) error {
-	if strings.TrimSpace(s) == "" {
-		return errors.New("must not be empty")
-	}
-	if !utf8.ValidString(s) {
-		return errors.New("must be valid UTF-8")
-	}
-	if n := utf8.RuneCountInString(s); n > 100 {
-		return fmt.Errorf("must be at most 100 characters, got %d", n)
-	}
-	for _, r := range s {
-		if unicode.IsControl(r) {
-			return errors.New("must not contain control characters")
-		}
-	}
-	return nil
-}
+func DisplayName(s string) error { return fields.DisplayName(s) }
 
 // Text checks a free-text message (a revision message, say): valid UTF-8,
 // bounded, no control characters except newline and tab.
-func Text(s string, max int) error {
-	if !utf8.ValidString(s) {
-		return errors.New("must be valid UTF-8")
-	}
-	if n := utf8.RuneCountInString(s); n > max {
-		return fmt.Errorf("must be at most %d characters, got %d", max, n)
-	}
-	for _, r := range s {
-		if unicode.IsControl(r) && r != '\n' && r != '\t' {
-			return errors.New("must not contain control characters")
-		}
-	}
-	return nil
-}
+func Text(s string, max int) error { return fields.Text(s, max, true) }
 
 // AgentCredentialPlaceholder is the token that the boot service replaces,
 // byte for byte, with a machine's agent credential in the rendered

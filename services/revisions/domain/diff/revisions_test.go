@@ -28,8 +28,13 @@ func TestRevisions(t *testing.T) {
 	r1, r2 := mk(1, c1), mk(2, c2)
 
 	join := cluster.Join{APIEndpoint: "https://api:6443", BootstrapToken: "abcdef.0123456789abcdef", CACertHash: "sha256:" + strings.Repeat("a", 64)}
-	opts := render.Options{BaseURL: "https://boot:8443", AgentURL: "https://boot:8443/agent"}
 	ign := func(r pool.Revision) []byte {
+		// As the revisions service resolves them: the sysext of the
+		// revision's version, each file with its hash.
+		opts := render.Options{BaseURL: "https://boot:8443",
+			AgentURL: "https://boot:8443/assets/anvil-agent-linux-amd64", AgentHash: "sha512-" + strings.Repeat("a", 128),
+			SysextURL:  "https://boot:8443/sysext/kubernetes-v" + r.Config.Kubernetes.Version + "-x86-64.raw",
+			SysextHash: "sha512-" + strings.Repeat(r.Config.Kubernetes.Version[len(r.Config.Kubernetes.Version)-1:], 128)}
 		in, err := render.Preview("workers", r, join, opts)
 		if err != nil {
 			t.Fatal(err)

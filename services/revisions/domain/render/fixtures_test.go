@@ -3,6 +3,7 @@ package render
 import (
 	"encoding/json"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,8 +19,11 @@ const (
 )
 
 var testOptions = Options{
-	BaseURL:  "https://boot.anvil.example:8443",
-	AgentURL: "https://boot.anvil.example:8443/assets/anvil-agent-v0.1.0-amd64",
+	BaseURL:    "https://boot.anvil.example:8443",
+	AgentURL:   "https://boot.anvil.example:8443/assets/anvil-agent-linux-amd64",
+	AgentHash:  "sha512-" + strings.Repeat("a1", 64),
+	SysextURL:  "https://boot.anvil.example:8443/sysext/kubernetes-v1.33.4-x86-64.raw",
+	SysextHash: "sha512-" + strings.Repeat("5e", 64),
 }
 
 var testJoin = cluster.Join{

@@ -21,6 +21,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/anvil-fleet/anvil/libs/events/errs"
+	bootapi "github.com/anvil-fleet/anvil/services/boot/api"
 	"github.com/anvil-fleet/anvil/services/revisions/domain/catalog"
 	"github.com/anvil-fleet/anvil/services/revisions/domain/check"
 	"github.com/anvil-fleet/anvil/services/revisions/domain/cluster"
@@ -50,20 +51,33 @@ const (
 	cacheLabel      = "anvil-cache" // xfs labels hold at most 12 characters
 )
 
-// Options are the boot service's settings that end up in the config.
+// Options are the boot service's settings and the files it serves that
+// end up in the config. Every remote file carries its hash: Ignition
+// verifies what it fetched against it and fails the boot on a mismatch.
 type Options struct {
 	// BaseURL is the boot service's public base URL; the agent talks to it.
 	BaseURL string `json:"base_url"`
 	// AgentURL is where Ignition fetches the agent binary (http or https).
 	AgentURL string `json:"agent_url"`
-	// AgentHash optionally pins the binary: "sha256-<hex>" or "sha512-<hex>".
-	AgentHash string `json:"agent_hash,omitempty"`
-	// SysextURL is the base URL of the Kubernetes systemd-sysext images
-	// (kubernetes-v<version>-<arch>.raw, as the Flatcar sysext-bakery names
-	// them); empty means BaseURL + "/sysext".
-	SysextURL string `json:"sysext_url,omitempty"`
-	// Arch is "x86-64" (default) or "arm64".
+	// AgentHash is the binary's hash: "sha512-<hex>" (or "sha256-<hex>").
+	AgentHash string `json:"agent_hash"`
+	// SysextURL is where Ignition fetches the Kubernetes systemd-sysext
+	// image of the revision's version and Arch (the boot service answers
+	// it, see bootapi.SysextAsset).
+	SysextURL string `json:"sysext_url"`
+	// SysextHash is that image's hash, as AgentHash.
+	SysextHash string `json:"sysext_hash"`
+	// Arch is "x86-64" (default) or "arm64", as Flatcar's sysext-bakery
+	// names architectures.
 	Arch string `json:"arch,omitempty"`
+}
+
+// SysextArch is the architecture the options name (x86-64 by default).
+func (o Options) SysextArch() string {
+	if o.Arch == "" {
+		return "x86-64"
+	}
+	return o.Arch
 }
 
 // Input is everything a render reads. Render is a pure function of it.
@@ -86,7 +100,7 @@ func (in Input) Key() string {
 	for _, s := range []string{
 		in.Machine.Hash, in.Revision.Hash,
 		in.Join.APIEndpoint, in.Join.BootstrapToken.Reveal(), in.Join.CACertHash,
-		in.Options.BaseURL, in.Options.AgentURL, in.Options.AgentHash, in.Options.SysextURL, in.Options.Arch,
+		in.Options.BaseURL, in.Options.AgentURL, in.Options.AgentHash, in.Options.SysextURL, in.Options.SysextHash, in.Options.Arch,
 	} {
 		// Length-prefixed, so that no two different inputs share a key.
 		fmt.Fprintf(h, "%d:%s;", len(s), s)
@@ -136,13 +150,15 @@ func (o Options) Validate() error {
 	if err := checkURL(o.AgentURL); err != nil {
 		f.Add("agent_url", "%v", err)
 	}
-	if o.SysextURL != "" {
-		if err := checkURL(o.SysextURL); err != nil {
-			f.Add("sysext_url", "%v", err)
-		}
+	if err := checkURL(o.SysextURL); err != nil {
+		f.Add("sysext_url", "%v", err)
 	}
-	if o.AgentHash != "" && !hashRe.MatchString(o.AgentHash) {
+	// No remote file without its hash: Ignition would run whatever it got.
+	if !hashRe.MatchString(o.AgentHash) {
 		f.Add("agent_hash", "must be sha256-<64 hex> or sha512-<128 hex>")
+	}
+	if !hashRe.MatchString(o.SysextHash) {
+		f.Add("sysext_hash", "must be sha256-<64 hex> or sha512-<128 hex>")
 	}
 	switch o.Arch {
 	case "", "x86-64", "arm64":
@@ -254,15 +270,10 @@ func build(in Input) (butaneConfig, error) {
 	if err != nil {
 		return butaneConfig{}, errs.Invalid("join.api_endpoint", "%v", err)
 	}
-	arch := in.Options.Arch
-	if arch == "" {
-		arch = "x86-64"
+	sysextName, err := bootapi.SysextFile(version.String(), in.Options.SysextArch())
+	if err != nil {
+		return butaneConfig{}, errs.Invalid("revision.config.kubernetes.version", "%v", err)
 	}
-	sysextBase := in.Options.SysextURL
-	if sysextBase == "" {
-		sysextBase = strings.TrimSuffix(in.Options.BaseURL, "/") + "/sysext"
-	}
-	sysextName := fmt.Sprintf("kubernetes-v%s-%s.raw", version, arch)
 
 	joinYAML, err := joinConfiguration(in, rev, version, endpoint)
 	if err != nil {
@@ -286,9 +297,9 @@ func build(in Input) (butaneConfig, error) {
 	addFile("/etc/modules-load.d/anvil-kubernetes.conf", 0o644, inline("overlay\nbr_netfilter\n"))
 	addFile("/etc/sysctl.d/anvil-kubernetes.conf", 0o644, inline(
 		"net.ipv4.ip_forward = 1\nnet.bridge.bridge-nf-call-iptables = 1\nnet.bridge.bridge-nf-call-ip6tables = 1\n"))
-	addFile("/etc/containerd/config.toml", 0o644, inline(containerdConfig))
+	addFile("/etc/containerd/config.toml", 0o644, inline(fmt.Sprintf(containerdConfig, pauseImage(version))))
 	addFile(JoinConfigPath, 0o600, inline(joinYAML))
-	addFile("/opt/extensions/kubernetes/"+sysextName, 0o644, source(sysextBase+"/"+sysextName, ""))
+	addFile("/opt/extensions/kubernetes/"+sysextName, 0o644, source(in.Options.SysextURL, in.Options.SysextHash))
 	c.Storage.Links = append(c.Storage.Links, butaneLink{
 		Path: "/etc/extensions/kubernetes.raw", Target: "/opt/extensions/kubernetes/" + sysextName, Overwrite: true,
 	})
@@ -356,14 +367,19 @@ ExecStart=/usr/bin/kubeadm join --config /etc/kubeadm/join.yaml
 WantedBy=multi-user.target
 `
 
-// containerdConfig uses the version 2 format, which containerd 1.7 reads
-// and 2.x migrates; the systemd cgroup driver matches kubeadm's default.
+// containerdConfig uses the version 2 format, which containerd 1.6 and 1.7
+// read and 2.x migrates; the systemd cgroup driver matches kubeadm's
+// default. %s is the sandbox (pause) image: containerd's own default
+// differs from what kubeadm expects, and kubeadm warns on a mismatch.
 const containerdConfig = `version = 2
 root = "/var/lib/containerd"
 state = "/run/containerd"
 
 [grpc]
 address = "/run/containerd/containerd.sock"
+
+[plugins."io.containerd.grpc.v1.cri"]
+sandbox_image = "%s"
 
 [plugins."io.containerd.grpc.v1.cri".containerd]
 default_runtime_name = "runc"
@@ -478,4 +494,19 @@ func Preview(poolName string, rev pool.Revision, join cluster.Join, opts Options
 		return Input{}, err
 	}
 	return Input{Machine: m, Revision: rev, Join: join, Options: opts}, nil
+}
+
+// pauseImage is the sandbox image kubeadm of that Kubernetes minor expects
+// (its constants.PauseVersion).
+func pauseImage(v catalog.Version) string {
+	tag := "3.9"
+	switch {
+	case v.Compare(catalog.Version{Major: 1, Minor: 36}) >= 0:
+		tag = "3.10.2"
+	case v.Compare(catalog.Version{Major: 1, Minor: 34}) >= 0:
+		tag = "3.10.1"
+	case v.Compare(catalog.Version{Major: 1, Minor: 31}) >= 0:
+		tag = "3.10"
+	}
+	return "registry.k8s.io/pause:" + tag
 }

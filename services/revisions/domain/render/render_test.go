@@ -162,6 +162,43 @@ func TestRenderContents(t *testing.T) {
 	}
 }
 
+// TestRenderVerifiesRemoteFiles: every file Ignition fetches from a URL
+// carries the hash Ignition checks it against (parsed back with Ignition's
+// own v3_4 package): the agent binary and the Kubernetes sysext.
+func TestRenderVerifiesRemoteFiles(t *testing.T) {
+	out, err := Render(testInput(t, shapes()["dhcp"], "node-1", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := parseIgnition(t, out)
+	want := map[string][2]string{
+		AgentBinaryPath: {testOptions.AgentURL, testOptions.AgentHash},
+		"/opt/extensions/kubernetes/kubernetes-v1.33.4-x86-64.raw": {testOptions.SysextURL, testOptions.SysextHash},
+	}
+	remote := 0
+	for _, f := range cfg.Storage.Files {
+		src := f.Contents.Source
+		if src == nil || strings.HasPrefix(*src, "data:") {
+			continue
+		}
+		remote++
+		w, ok := want[f.Path]
+		if !ok {
+			t.Errorf("unexpected remote file %s from %s", f.Path, *src)
+			continue
+		}
+		if *src != w[0] {
+			t.Errorf("%s: source %s, want %s", f.Path, *src, w[0])
+		}
+		if f.Contents.Verification.Hash == nil || *f.Contents.Verification.Hash != w[1] {
+			t.Errorf("%s: verification hash %v, want %s", f.Path, f.Contents.Verification.Hash, w[1])
+		}
+	}
+	if remote != len(want) {
+		t.Errorf("%d remote files, want %d", remote, len(want))
+	}
+}
+
 func TestRenderCacheDisk(t *testing.T) {
 	in := testInput(t, shapes()["cache-disk"], "node-1", nil)
 	out, err := Render(in)
@@ -274,6 +311,10 @@ func TestRenderRefusesBadInput(t *testing.T) {
 		{"agent url with quote", func(in *Input) { in.Options.AgentURL = `https://x/"a` }, "options.agent_url"},
 		{"agent url ftp", func(in *Input) { in.Options.AgentURL = "ftp://x/a" }, "options.agent_url"},
 		{"bad agent hash", func(in *Input) { in.Options.AgentHash = "md5-00" }, "options.agent_hash"},
+		{"no agent hash", func(in *Input) { in.Options.AgentHash = "" }, "options.agent_hash"},
+		{"no sysext url", func(in *Input) { in.Options.SysextURL = "" }, "options.sysext_url"},
+		{"no sysext hash", func(in *Input) { in.Options.SysextHash = "" }, "options.sysext_hash"},
+		{"bad sysext hash", func(in *Input) { in.Options.SysextHash = "sha512-XYZ" }, "options.sysext_hash"},
 		{"bad arch", func(in *Input) { in.Options.Arch = "riscv" }, "options.arch"},
 	}
 	for _, tt := range tests {

@@ -28,11 +28,22 @@ type Kind string
 const (
 	KindMaintenanceEnter Kind = "maintenance_enter" // cordon, drain, complete_maintenance_entry
 	KindMaintenanceExit  Kind = "maintenance_exit"  // uncordon
-	KindUnassign         Kind = "unassign"          // cordon, drain, complete_unassign
+	KindUnassign         Kind = "unassign"          // cordon, drain, delete_node, complete_unassign
 	KindDeletion         Kind = "deletion"          // cordon, drain, complete_deletion_preparation, delete_node, complete_deletion
 	KindDeletionFinish   Kind = "deletion_finish"   // delete_node, complete_deletion (unsafe policy)
 	KindDeletionAbort    Kind = "deletion_abort"    // uncordon, complete_deletion_abort
+	// The registry already let the machine go (force-unassign, forced
+	// deletion): only the Node is left to remove, best effort.
+	KindForceUnassignCleanup  Kind = "force_unassign_cleanup"  // delete_node
+	KindForcedDeletionCleanup Kind = "forced_deletion_cleanup" // delete_node
 )
+
+// BestEffort reports whether a failure of the operation leaves the
+// registry alone: the machine moved on already, the operation only tidies
+// the cluster, and its log says what is left to do by hand.
+func (k Kind) BestEffort() bool {
+	return k == KindForceUnassignCleanup || k == KindForcedDeletionCleanup
+}
 
 // Step is one step of an operation.
 type Step string
@@ -53,8 +64,15 @@ const (
 func StepsOf(k Kind, hasNode bool) []Step {
 	var steps []Step
 	switch k {
-	case KindMaintenanceEnter, KindUnassign:
+	case KindMaintenanceEnter:
 		steps = []Step{StepCordon, StepDrain, StepComplete}
+	case KindUnassign:
+		// The Node follows the machine: a machine that left its pool is
+		// no longer a node of the pool's cluster (as Cluster API deletes
+		// the Node of a deleted Machine).
+		steps = []Step{StepCordon, StepDrain, StepDeleteNode, StepComplete}
+	case KindForceUnassignCleanup, KindForcedDeletionCleanup:
+		steps = []Step{StepDeleteNode}
 	case KindMaintenanceExit:
 		steps = []Step{StepUncordon}
 	case KindDeletion:
@@ -283,7 +301,10 @@ func Next(s State, now time.Time) (evs []any, act bool) {
 		if b := s.Blocked; b != nil && step == StepDrain {
 			reason += fmt.Sprintf("; pod %s was blocked by PodDisruptionBudget %s", b.Pod, b.Budget)
 		}
-		if step != StepUncordon && step != StepDeleteNode {
+		switch {
+		case s.Kind.BestEffort():
+			reason += fmt.Sprintf("; node %s is left in cluster %s: delete it by hand (kubectl delete node %s)", s.Node, s.Cluster, s.Node)
+		case step != StepUncordon && step != StepDeleteNode:
 			reason += "; the node stays cordoned"
 		}
 		return []any{Failed{Step: step, Reason: reason, TimedOut: true, At: now}}, false

@@ -17,7 +17,11 @@ func TestStepsOf(t *testing.T) {
 		{KindMaintenanceEnter, false, []Step{StepComplete}},
 		{KindMaintenanceExit, true, []Step{StepUncordon}},
 		{KindMaintenanceExit, false, nil},
-		{KindUnassign, true, []Step{StepCordon, StepDrain, StepComplete}},
+		{KindUnassign, true, []Step{StepCordon, StepDrain, StepDeleteNode, StepComplete}},
+		{KindUnassign, false, []Step{StepComplete}},
+		{KindForceUnassignCleanup, true, []Step{StepDeleteNode}},
+		{KindForceUnassignCleanup, false, nil},
+		{KindForcedDeletionCleanup, true, []Step{StepDeleteNode}},
 		{KindDeletion, true, []Step{StepCordon, StepDrain, StepPrepared, StepDeleteNode, StepComplete}},
 		{KindDeletion, false, []Step{StepPrepared, StepComplete}},
 		{KindDeletionFinish, true, []Step{StepDeleteNode, StepComplete}},
@@ -132,5 +136,22 @@ func TestValidate(t *testing.T) {
 	}
 	if err := started(KindDeletion).Validate(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestBestEffortCleanupSaysWhatIsLeft(t *testing.T) {
+	s := State{}
+	s.Apply(started(KindForcedDeletionCleanup))
+	evs, _ := Next(s, t0)
+	for _, e := range evs {
+		s.Apply(e)
+	}
+	evs, _ = Next(s, s.Deadline)
+	f, ok := evs[0].(Failed)
+	if !ok || !strings.Contains(f.Reason, "node n1 is left in cluster c") || strings.Contains(f.Reason, "stays cordoned") {
+		t.Fatalf("a timed-out clean-up must say which node is left where: %+v", evs)
+	}
+	if !KindForcedDeletionCleanup.BestEffort() || KindUnassign.BestEffort() {
+		t.Fatal("only the clean-ups after the registry let go are best effort")
 	}
 }

@@ -8,6 +8,7 @@ package operation
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -107,9 +108,34 @@ type View struct {
 	Checks     []rollout.CheckResult `json:"checks,omitempty"`
 	StartedAt  time.Time             `json:"started_at"`
 	FinishedAt time.Time             `json:"finished_at,omitzero"`
-	Log        []Entry               `json:"log"`
+	// Conditions say why it waits, if it does (see Explain); with
+	// LastProgressAt and EstimatedDoneAt they are filled when it is read.
+	Conditions      []Condition `json:"conditions,omitempty"`
+	LastProgressAt  time.Time   `json:"last_progress_at,omitzero"`
+	EstimatedDoneAt time.Time   `json:"estimated_done_at,omitzero"`
+	Log             []Entry     `json:"log"`
 
 	state rollout.State
+}
+
+// Origin is who started the rollout, on which cluster, with which
+// strategy (its own copy), without copying the whole state.
+func (v *View) Origin() (cluster string, strategy rollout.Strategy, requestedBy string) {
+	st := v.state.Strategy
+	st.MaintenanceWindows = slices.Clone(st.MaintenanceWindows)
+	return v.state.Cluster, st, v.state.RequestedBy
+}
+
+// Detach lets go of the state the view folded: a copy of the view handed
+// out of a model that keeps applying events must not share it (State()
+// is then empty; the model's snapshots carry the state).
+func (v *View) Detach() { v.state = rollout.State{} }
+
+// Explain fills the conditions, the last progress and the estimate as of
+// now, given what the planner says the rollout waits for now
+// (plan.Next(v.State(), now).Waiting).
+func (v *View) Explain(waiting func(rollout.State) []rollout.Block, now time.Time) {
+	v.Conditions, v.LastProgressAt, v.EstimatedDoneAt = Explain(v.state, waiting(v.state), now)
 }
 
 // Project builds the view from a rollout's events.
@@ -261,11 +287,11 @@ func (v *View) log(event any, existed bool) {
 	case rollout.Paused:
 		v.add(e.At, "", "", LogPaused, "no new machine begins; machines already begun finish%s%s", by(e.By), suffix(e.Reason))
 	case rollout.Resumed:
-		v.add(e.At, "", "", LogResumed, "%s", strings.TrimPrefix(by(e.By), "; "))
+		v.add(e.At, "", "", LogResumed, "%s", strings.TrimPrefix(by(e.By)+suffix(e.Reason), "; "))
 	case rollout.AbortRequested:
 		v.add(e.At, "", "", LogAbortRequested, "machines that have not rebooted are uncordoned; machines that have finish their steps%s%s", by(e.By), suffix(e.Reason))
 	case rollout.Retried:
-		v.add(e.At, "", "", LogRetried, "failed machines resume at the step that failed%s", by(e.By))
+		v.add(e.At, "", "", LogRetried, "failed machines resume at the step that failed%s%s", by(e.By), suffix(e.Reason))
 	case rollout.Succeeded:
 		v.add(e.At, "", "", LogSucceeded, "all %d machines at revision %d", len(s.Machines), s.Revision)
 	case rollout.Failed:

@@ -223,10 +223,12 @@ func Next(s rollout.State, now time.Time) Decision {
 		if blk != nil && blk.Reason != rollout.BlockFinished {
 			d.Waiting = append(d.Waiting, *blk)
 			switch {
+			case blk.Reason == rollout.BlockWindow:
+				// At most an hour ahead (see NextWindowOpen); Until is
+				// the opening people are shown.
+				d.wake(s.NextWindowOpen(now))
 			case !blk.Until.IsZero():
 				d.wake(blk.Until)
-			case blk.Reason == rollout.BlockWindow:
-				d.wake(s.NextWindowOpen(now))
 			}
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/anvil-fleet/anvil/libs/events/errs"
+	"github.com/anvil-fleet/anvil/libs/fields"
 	"github.com/anvil-fleet/anvil/services/revisions/domain/check"
 	"github.com/anvil-fleet/anvil/services/revisions/domain/pool"
 )
@@ -80,6 +81,10 @@ type Start struct {
 	Excluded    []Exclusion `json:"excluded,omitempty"`
 	Strategy    Strategy    `json:"strategy"`
 	RequestedBy string      `json:"requested_by,omitempty"`
+	// Provisioning marks a machine's own first rollout (it never joined):
+	// a later pool rollout leaves it out, and it catches up with the
+	// pool's applied revision when it finishes.
+	Provisioning bool `json:"provisioning,omitempty"`
 }
 
 // Pause stops new machines from beginning; machines already begun finish.
@@ -90,7 +95,8 @@ type Pause struct {
 
 // Resume ends a pause.
 type Resume struct {
-	By string `json:"by,omitempty"`
+	By     string `json:"by,omitempty"`
+	Reason string `json:"reason,omitempty"`
 }
 
 // Abort winds the rollout down: machines that have not rebooted are
@@ -103,7 +109,8 @@ type Abort struct {
 // Retry goes on with a failed rollout: failed machines resume at the step
 // that failed, failed sanity checks run again.
 type Retry struct {
-	By string `json:"by,omitempty"`
+	By     string `json:"by,omitempty"`
+	Reason string `json:"reason,omitempty"`
 }
 
 // --- the service's reports from outside ---
@@ -324,7 +331,7 @@ func (c Start) decide(s *State, now time.Time) ([]any, error) {
 	return []any{Started{
 		ID: c.ID, Pool: c.Pool, Cluster: c.Cluster, Revision: c.Revision, Hash: c.Hash, Rollback: c.Rollback,
 		After: c.After, PoolSize: size, Machines: ms, Excluded: slices.Clone(c.Excluded), Strategy: st,
-		RequestedBy: c.RequestedBy, At: now,
+		RequestedBy: c.RequestedBy, Provisioning: c.Provisioning, At: now,
 	}}, nil
 }
 
@@ -378,7 +385,20 @@ func (c RecordChecks) decide(s *State, now time.Time) ([]any, error) {
 	return []any{ChecksRecorded{Results: slices.Clone(c.Results), At: now}}, nil
 }
 
+// checkReason refuses an operator's reason that is not one line of text:
+// it is kept in the operation log and the audit log, where a control
+// character or an escape sequence would rewrite what a terminal shows.
+func checkReason(reason string) error {
+	if err := fields.Text(reason, fields.MaxReason, false); err != nil {
+		return errs.Invalid("reason", "%v", err)
+	}
+	return nil
+}
+
 func (c Pause) decide(s *State, now time.Time) ([]any, error) {
+	if err := checkReason(c.Reason); err != nil {
+		return nil, err
+	}
 	switch {
 	case s.Outcome == StatusFailed:
 		return nil, s.refuse("be paused", "nothing moves; retry or abort it")
@@ -393,6 +413,9 @@ func (c Pause) decide(s *State, now time.Time) ([]any, error) {
 }
 
 func (c Resume) decide(s *State, now time.Time) ([]any, error) {
+	if err := checkReason(c.Reason); err != nil {
+		return nil, err
+	}
 	switch {
 	case s.Outcome == StatusFailed:
 		return nil, s.refuse("be resumed", "retry it instead")
@@ -403,10 +426,13 @@ func (c Resume) decide(s *State, now time.Time) ([]any, error) {
 	case !s.Paused:
 		return nil, nil
 	}
-	return []any{Resumed{By: c.By, At: now}}, nil
+	return []any{Resumed{By: c.By, Reason: c.Reason, At: now}}, nil
 }
 
 func (c Abort) decide(s *State, now time.Time) ([]any, error) {
+	if err := checkReason(c.Reason); err != nil {
+		return nil, err
+	}
 	switch {
 	case s.Outcome == StatusSucceeded || s.Outcome == StatusAborted:
 		return nil, s.refuse("be aborted", "")
@@ -417,6 +443,9 @@ func (c Abort) decide(s *State, now time.Time) ([]any, error) {
 }
 
 func (c Retry) decide(s *State, now time.Time) ([]any, error) {
+	if err := checkReason(c.Reason); err != nil {
+		return nil, err
+	}
 	switch {
 	case s.Outcome == StatusSucceeded || s.Outcome == StatusAborted:
 		return nil, s.refuse("be retried", "")
@@ -427,7 +456,7 @@ func (c Retry) decide(s *State, now time.Time) ([]any, error) {
 	case !s.Halted() && (s.Checks == nil || s.ChecksPassed):
 		return nil, s.refuse("be retried", "nothing failed")
 	}
-	return []any{Retried{By: c.By, At: now}}, nil
+	return []any{Retried{By: c.By, Reason: c.Reason, At: now}}, nil
 }
 
 func (c BeginMachine) decide(s *State, now time.Time) ([]any, error) {

@@ -27,7 +27,9 @@ type Started struct {
 	Excluded    []Exclusion `json:"excluded,omitempty"`
 	Strategy    Strategy    `json:"strategy"`
 	RequestedBy string      `json:"requested_by,omitempty"`
-	At          time.Time   `json:"at"`
+	// Provisioning: a machine's own first rollout (see Start).
+	Provisioning bool      `json:"provisioning,omitempty"`
+	At           time.Time `json:"at"`
 }
 
 // DependencyResolved: the rollout this one comes after finished. Succeeded
@@ -144,8 +146,9 @@ type Paused struct {
 
 // Resumed ends a pause.
 type Resumed struct {
-	By string    `json:"by,omitempty"`
-	At time.Time `json:"at"`
+	By     string    `json:"by,omitempty"`
+	Reason string    `json:"reason,omitempty"`
+	At     time.Time `json:"at"`
 }
 
 // AbortRequested: wind the rollout down. Machines that have not rebooted
@@ -159,8 +162,9 @@ type AbortRequested struct {
 // Retried: a failed rollout goes on. Failed machines resume at the step
 // that failed; failed sanity checks run again.
 type Retried struct {
-	By string    `json:"by,omitempty"`
-	At time.Time `json:"at"`
+	By     string    `json:"by,omitempty"`
+	Reason string    `json:"reason,omitempty"`
+	At     time.Time `json:"at"`
 }
 
 // Succeeded: every machine is done. Final.

@@ -364,7 +364,7 @@ func TestBeginRules(t *testing.T) {
 		must(t, &s, SucceedStep{Machine: uuidOf(1), Step: StepCordon, Attempt: 1}, tuesday1am)
 		// The window closed: the drain waits, and says the node stays cordoned.
 		_, err := Decide(s, StartStep{Machine: uuidOf(1), Step: StepDrain, Attempt: 1}, tuesday1am.Add(time.Hour))
-		if !strings.Contains(fmt.Sprint(err), "drain of m01 waits for a maintenance window; its node stays cordoned meanwhile") {
+		if !strings.Contains(fmt.Sprint(err), "drain of m01 waits for a maintenance window; the next one opens at 2025-06-09T22:00:00Z; its node stays cordoned meanwhile") {
 			t.Errorf("%v", err)
 		}
 	})

@@ -54,12 +54,22 @@ func (s *State) InWindow(now time.Time) bool {
 // the later of two, and waking early only costs one more look. It returns
 // the zero time when there are no windows.
 func (s *State) NextWindowOpen(now time.Time) time.Time {
+	next := s.WindowOpensAt(now)
+	if limit := now.Add(time.Hour); next.IsZero() && len(s.Strategy.MaintenanceWindows) > 0 || next.After(limit) {
+		return limit
+	}
+	return next
+}
+
+// WindowOpensAt returns when a maintenance window next opens after now
+// (within a week), for people: the time a waiting rollout shows. It
+// returns the zero time when there are no windows or none opens.
+func (s *State) WindowOpensAt(now time.Time) time.Time {
 	ws := s.Strategy.MaintenanceWindows
 	if len(ws) == 0 {
 		return time.Time{}
 	}
-	limit := now.Add(time.Hour)
-	next := limit
+	var next time.Time
 	for _, w := range ws {
 		loc, err := time.LoadLocation(w.TimeZone)
 		if err != nil || w.TimeZone == "" || w.TimeZone == "Local" {
@@ -75,7 +85,7 @@ func (s *State) NextWindowOpen(now time.Time) time.Time {
 			if !day.After(now) || !slices.Contains(w.Days, weekdayNames[day.Weekday()]) {
 				continue
 			}
-			if day.Before(next) {
+			if next.IsZero() || day.Before(next) {
 				next = day
 			}
 			break
@@ -150,6 +160,9 @@ func (s *State) BeginCandidates(now time.Time) ([]string, *Block) {
 		return nil, blk(BlockPause, until, "pausing %s between machines, until %s", p, until.UTC().Format(time.RFC3339))
 	}
 	if !s.InWindow(now) {
+		if opens := s.WindowOpensAt(now); !opens.IsZero() {
+			return nil, blk(BlockWindow, opens, "outside every maintenance window; the next one opens at %s", opens.UTC().Format(time.RFC3339))
+		}
 		return nil, blk(BlockWindow, time.Time{}, "outside every maintenance window")
 	}
 	var uuids []string
@@ -227,10 +240,14 @@ func (s *State) MoveFor(m *MachineState) Move {
 func (s *State) StepBlock(m *MachineState, step Step, now time.Time) *Block {
 	if step.Disruptive() && !s.InWindow(now) {
 		msg := fmt.Sprintf("%s of %s waits for a maintenance window", step, m.Hostname)
+		opens := s.WindowOpensAt(now)
+		if !opens.IsZero() {
+			msg += "; the next one opens at " + opens.UTC().Format(time.RFC3339)
+		}
 		if m.mayBeCordoned() {
 			msg += "; its node stays cordoned meanwhile"
 		}
-		return &Block{Reason: BlockWindow, Machine: m.UUID, Step: step, Message: msg}
+		return &Block{Reason: BlockWindow, Machine: m.UUID, Step: step, Until: opens, Message: msg}
 	}
 	return nil
 }

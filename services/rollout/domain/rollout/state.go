@@ -48,19 +48,21 @@ type MachineState struct {
 // State is a rollout as folded from its events. The zero value is a
 // rollout that does not exist.
 type State struct {
-	ID          string      `json:"id"`
-	Pool        string      `json:"pool"`
-	Cluster     string      `json:"cluster,omitempty"`
-	Revision    uint64      `json:"revision"`
-	Hash        string      `json:"hash,omitempty"`
-	Rollback    bool        `json:"rollback,omitempty"`
-	After       string      `json:"after,omitempty"`
-	AfterStatus Status      `json:"after_status,omitempty"` // succeeded or aborted once resolved
-	PoolSize    int         `json:"pool_size"`
-	Strategy    Strategy    `json:"strategy"`
-	RequestedBy string      `json:"requested_by,omitempty"`
-	StartedAt   time.Time   `json:"started_at"`
-	Excluded    []Exclusion `json:"excluded,omitempty"`
+	ID          string   `json:"id"`
+	Pool        string   `json:"pool"`
+	Cluster     string   `json:"cluster,omitempty"`
+	Revision    uint64   `json:"revision"`
+	Hash        string   `json:"hash,omitempty"`
+	Rollback    bool     `json:"rollback,omitempty"`
+	After       string   `json:"after,omitempty"`
+	AfterStatus Status   `json:"after_status,omitempty"` // succeeded or aborted once resolved
+	PoolSize    int      `json:"pool_size"`
+	Strategy    Strategy `json:"strategy"`
+	RequestedBy string   `json:"requested_by,omitempty"`
+	// Provisioning: a machine's own first rollout (see Start).
+	Provisioning bool        `json:"provisioning,omitempty"`
+	StartedAt    time.Time   `json:"started_at"`
+	Excluded     []Exclusion `json:"excluded,omitempty"`
 
 	// Machines, in rollout order.
 	Machines []MachineState `json:"machines"`
@@ -374,9 +376,10 @@ func (s *State) start(e Started) {
 	*s = State{
 		ID: e.ID, Pool: e.Pool, Cluster: e.Cluster, Revision: e.Revision, Hash: e.Hash, Rollback: e.Rollback,
 		After: e.After, PoolSize: e.PoolSize, Strategy: e.Strategy, RequestedBy: e.RequestedBy, StartedAt: e.At,
-		Excluded: slices.Clone(e.Excluded),
-		Machines: make([]MachineState, 0, len(e.Machines)),
-		index:    make(map[string]int, len(e.Machines)),
+		Provisioning: e.Provisioning,
+		Excluded:     slices.Clone(e.Excluded),
+		Machines:     make([]MachineState, 0, len(e.Machines)),
+		index:        make(map[string]int, len(e.Machines)),
 	}
 	s.Strategy.MaintenanceWindows = slices.Clone(e.Strategy.MaintenanceWindows)
 	for _, m := range e.Machines {

@@ -1,0 +1,3 @@
+module github.com/anvil-fleet/anvil/tools/testos
+
+go 1.26.0
