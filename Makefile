@@ -65,8 +65,9 @@ deps: qemu chromium kube-bins node-bins testos ## what the tests need beyond Go,
 node-bins: kube-bins ## kubelet, kubeadm, kubectl, the Kubernetes sysext and the pause and workload images (tools/kubebins/node), built once into ~/.cache/anvil/kube-node
 	bash tools/kubebins/node/build.sh
 
-testos: ## the test OS images that stand in for Flatcar in the real-machine tests (tools/testos), built once into ~/.cache/anvil/testos
+testos: node-bins ## the test OS images that stand in for Flatcar in the real-machine tests (tools/testos; the kubernetes variant adds a Debian root file system with systemd and containerd), built once into ~/.cache/anvil/testos
 	bash tools/testos/build.sh
+	bash tools/testos/build.sh --variant kubernetes
 
 # Chromium for the console's browser test; installed only when missing,
 # which needs root, as on CI.
@@ -98,7 +99,7 @@ qemu:
 	fi
 
 real-machine: deps ## boot QEMU machines with real iPXE firmware, a real kernel, Ignition, the agent and kubelet against the dev stack, and roll them out (docs/real-machines.md)
-	ANVIL_TEST_CONSOLE=1 $(GO) test -count=1 -timeout 45m -v -run 'TestRealMachine|TestRealKubelet' ./e2e/
+	ANVIL_TEST_CONSOLE=1 $(GO) test -count=1 -timeout 70m -v -run 'TestRealMachine|TestRealKubelet' ./e2e/
 
 URL ?= http://127.0.0.1:8081/boot.ipxe?token=REPLACE_WITH_ENROLLMENT_TOKEN
 ipxe-artifact: ## a bootable iPXE artifact with the chain URL built in: make ipxe-artifact URL=…

@@ -10,6 +10,7 @@ require (
 	github.com/anvil-fleet/anvil/services/revisions v0.0.0
 	github.com/anvil-fleet/anvil/services/rollout v0.0.0
 	github.com/anvil-fleet/anvil/sim v0.0.0
+	golang.org/x/term v0.47.0
 	k8s.io/apimachinery v0.37.2
 )
 
@@ -113,7 +114,6 @@ require (
 	golang.org/x/oauth2 v0.37.0 // indirect
 	golang.org/x/sync v0.24.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
-	golang.org/x/term v0.47.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 	golang.org/x/time v0.16.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20261012220534-4341edf3f941 // indirect

@@ -24,6 +24,7 @@ import (
 
 	"github.com/anvil-fleet/anvil/libs/events/natsserver"
 	"github.com/anvil-fleet/anvil/libs/events/svc"
+	"github.com/anvil-fleet/anvil/libs/events/telemetry"
 	boot "github.com/anvil-fleet/anvil/services/boot/service"
 	gateway "github.com/anvil-fleet/anvil/services/gateway/service"
 	registry "github.com/anvil-fleet/anvil/services/registry/service"
@@ -149,6 +150,7 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	cfg.Logger = traceAware(cfg.Logger)
 	if cfg.BootAddr == "" {
 		cfg.BootAddr = "127.0.0.1:8081"
 	}
@@ -269,6 +271,18 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 		}
 	}()
 	return st, nil
+}
+
+// traceAware returns l with records logged in a traced context carrying
+// trace_id and span_id, as every service's own logger does
+// (telemetry.NewLogger): the dev stack is given a logger by its caller, and
+// a log line should lead to its trace whichever that is. A logger that
+// already adds them is kept as it is (the IDs once, not twice).
+func traceAware(l *slog.Logger) *slog.Logger {
+	if _, ok := l.Handler().(telemetry.TraceHandler); ok {
+		return l
+	}
+	return slog.New(telemetry.TraceHandler{Handler: l.Handler()})
 }
 
 // Ready waits until the registry, rollout and boot services have started

@@ -136,7 +136,7 @@ func TestSettingsReachBothServices(t *testing.T) {
 	}
 }
 
-const kubeconfig = "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: 'https://api.c1.example:6443'}\nusers:\n- name: drain\n  user: {token: t0k3n}\n"
+const kubeconfig = "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: 'https://api.c1.example:6443'}\nusers:\n- name: drain\n  user: {token: t0k3n}\ncontexts:\n- name: c\n  context: {cluster: c, user: drain}\ncurrent-context: c\n"
 
 func freeAddr(t testing.TB) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

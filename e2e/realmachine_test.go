@@ -50,6 +50,7 @@ type realMachine struct {
 	stack   *devstack.Stack
 	logs    *eventstest.SyncBuffer
 	assets  string
+	nodeDir string // tools/kubebins/node's artifacts: kubelet, kubeadm, the sysext, images
 	public  string // the boot service's URL as the VM reaches it
 	admin   *story.Client
 	api     *story.Client
@@ -128,7 +129,7 @@ func freePort(t *testing.T) string {
 
 // newRealMachine builds (or reuses) the test OS, the agent and the sysext,
 // and starts the control plane.
-func newRealMachine(t *testing.T, variant string) *realMachine {
+func newRealMachine(t *testing.T, variant string, kubeOpts ...kubeharness.Option) *realMachine {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("boots a virtual machine; skipped with -short")
@@ -138,13 +139,19 @@ func newRealMachine(t *testing.T, variant string) *realMachine {
 	if _, err := os.Stat("/usr/lib/ipxe/qemu"); err != nil {
 		t.Skip("Debian's iPXE ROMs for QEMU are not installed (make qemu)")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
+	// The kubernetes variant boots systemd, joins and drains real pods.
+	budget := 25 * time.Minute
+	if variant == "kubernetes" {
+		budget = 40 * time.Minute
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), budget)
 	t.Cleanup(cancel)
 	rm.ctx = ctx
 
 	// What the machine fetches, built by the project and put where the
 	// boot service serves it: nothing placed by hand.
 	rm.assets = t.TempDir()
+	rm.nodeDir = runScript(t, "tools/kubebins/node/build.sh", "--print-dir")
 	osArgs := []string{"tools/testos/build.sh", "--print-dir"}
 	if variant != "" {
 		osArgs = []string{"tools/testos/build.sh", "--variant", variant, "--print-dir"}
@@ -153,9 +160,8 @@ func newRealMachine(t *testing.T, variant string) *realMachine {
 	for _, f := range []string{"flatcar_production_pxe.vmlinuz", "flatcar_production_pxe_image.cpio.gz"} {
 		copyFile(t, filepath.Join(osDir, f), filepath.Join(rm.assets, "flatcar", testOSChannel, testOSVersion, f))
 	}
-	nodeDir := runScript(t, "tools/kubebins/node/build.sh", "--print-dir")
 	sysext := "kubernetes-v" + rmKubernetes + "-x86-64.raw"
-	copyFile(t, filepath.Join(nodeDir, "sysext", sysext), filepath.Join(rm.assets, "sysext", sysext))
+	copyFile(t, filepath.Join(rm.nodeDir, "sysext", sysext), filepath.Join(rm.assets, "sysext", sysext))
 	agent := exec.Command("go", "build", "-trimpath", "-o", filepath.Join(rm.assets, "assets", "anvil-agent-linux-amd64"), "./agent/cmd/anvil-agent")
 	agent.Dir = repoRoot(t)
 	agent.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
@@ -168,7 +174,7 @@ func newRealMachine(t *testing.T, variant string) *realMachine {
 	if err := os.MkdirAll(kdir, 0o750); err != nil {
 		t.Fatal(err)
 	}
-	kube, err := kubeharness.StartProcess(ctx, kdir, kubeharness.WithLogger(slog.New(slog.DiscardHandler)))
+	kube, err := kubeharness.StartProcess(ctx, kdir, append([]kubeharness.Option{kubeharness.WithLogger(slog.New(slog.DiscardHandler))}, kubeOpts...)...)
 	if err != nil {
 		t.Fatalf("starting the Kubernetes control plane: %v (make kube-bins)", err)
 	}

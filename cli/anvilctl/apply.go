@@ -96,6 +96,7 @@ func parseManifests(name string, data []byte) ([]manifest, error) {
 type applyOptions struct {
 	Files         []string
 	Apply         bool
+	Watch         bool
 	RotateSecrets bool
 }
 
@@ -132,10 +133,14 @@ func (a *app) applyCmd() *cobra.Command {
 				}
 				all = append(all, ms...)
 			}
+			var started []string // the rollouts the applies started, to --watch
 			for _, m := range all {
 				msg, obj, err := a.applyOne(cmd.Context(), m, o)
 				if err != nil {
 					return fmt.Errorf("%s/%s: %w", m.Kind, m.Name, err)
+				}
+				if id := str(obj["rollout"]); id != "" {
+					started = append(started, id)
 				}
 				if a.output != FormatTable {
 					if err := printValue(cmd.OutOrStdout(), a.output, obj); err != nil {
@@ -145,11 +150,20 @@ func (a *app) applyCmd() *cobra.Command {
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "%s/%s %s\n", m.Kind, m.Name, msg)
 			}
+			if o.Watch {
+				// One after another: each ends before the next is shown.
+				for _, id := range started {
+					if err := a.watchStarted(cmd.Context(), id, cmd.OutOrStdout()); err != nil {
+						return err
+					}
+				}
+			}
 			return nil
 		},
 	}
 	cmd.Flags().StringSliceVarP(&o.Files, "filename", "f", nil, "manifest file(s), YAML or JSON, several documents separated by ---")
 	cmd.Flags().BoolVar(&o.Apply, "apply", false, "pools: also roll the saved revision out (Save & Apply)")
+	cmd.Flags().BoolVarP(&o.Watch, "watch", "w", false, "with --apply: follow the rollouts started live until they end (as rollout status --watch)")
 	cmd.Flags().BoolVar(&o.RotateSecrets, "rotate-secrets", false, "clusters that exist: also replace the kubeconfig and bootstrap token given (they are sealed and cannot be compared)")
 	return cmd
 }
@@ -225,6 +239,7 @@ func poolNote(out map[string]any) string {
 		if b, _ := out["rollback"].(bool); b {
 			what = "rolling back to revision " + n
 		}
+		what += rolloutNote(str(out["rollout"]))
 		notes = append(notes, what)
 	}
 	if len(notes) == 0 {

@@ -182,6 +182,10 @@ kubeconfig: |
   users:
   - name: drain
     user: {token: t0k3n}
+  contexts:
+  - name: prod
+    context: {cluster: prod, user: drain}
+  current-context: prod
 bootstrap_token: k8sabc.s3cr3tt0k3nv4lu3
 ca_cert_hash: sha256:abababababababababababababababababababababababababababababababab
 ---
@@ -250,7 +254,7 @@ func TestCLIAgainstStack(t *testing.T) {
 	// Save & Apply a Kubernetes minor change
 	pool := "kind: Pool\nname: workers\ncluster: prod\ndisplay_name: Workers\nkubernetes: {minor: \"1.34\"}\nflatcar: {channel: stable, version: 4230.2.3}\n"
 	out = s.must("apply", "-f", writeFile(t, "pool.yaml", pool), "--apply")
-	if !strings.Contains(out, "pool/workers configured (revision 2, rolling out revision 2)") {
+	if !strings.Contains(out, "pool/workers configured (revision 2, rolling out revision 2 as rollout/ro-") {
 		t.Fatalf("save & apply: %s", out)
 	}
 	// the real rollout service started it; with no reachable cluster its

@@ -258,7 +258,9 @@ func (a *app) deleteCmd() *cobra.Command {
 			what := "deleted"
 			if r.Name == "machine" {
 				var v map[string]any
-				if decode(res.Body, &v) == nil && str(v["status"]) != "" {
+				// A machine removed at once answers "deleted": true; one
+				// being drained first answers its status (deleting).
+				if decode(res.Body, &v) == nil && v["deleted"] != true && str(v["status"]) != "" {
 					what = "deletion requested (status " + str(v["status"]) + ")"
 				}
 			}

@@ -42,6 +42,20 @@ func progress(o map[string]any) string {
 	return done + "/" + total
 }
 
+// rebootCell is whether the machine's agent says it needs a reboot (its
+// reboot.required): yes, no, or nothing while no agent has reported (the
+// registry only keeps the indicator once the agent reports). describe
+// shows the reason.
+func rebootCell(o map[string]any) string {
+	switch {
+	case lookup(o, "reboot.required") == true:
+		return "yes"
+	case str(lookup(o, "current_revision_at")) != "" || str(lookup(o, "hardware_reported_at")) != "":
+		return "no"
+	}
+	return ""
+}
+
 func at(q url.Values, o *getOptions) url.Values {
 	if o.At != "" {
 		q.Set("at", o.At)
@@ -81,7 +95,8 @@ var resources = []*resource{
 		},
 		aggregate: "machine",
 		cols: []column{field("UUID", "uuid"), field("HOSTNAME", "hostname"), field("STATUS", "status"), field("POOL", "pool"),
-			field("CURRENT", "current_revision"), field("TARGET", "target_revision"), field("CONNECTIVITY", "connectivity"), field("LAST SEEN", "last_seen")}},
+			field("CURRENT", "current_revision"), field("TARGET", "target_revision"), {Header: "REBOOT", Get: rebootCell},
+			field("CONNECTIVITY", "connectivity"), field("LAST SEEN", "last_seen")}},
 	{Name: "pool", Plural: "pools", Aliases: []string{"machinepool", "machinepools", "mp"}, key: "pools",
 		list: func(c *client, o *getOptions) (string, url.Values, error) {
 			p, err := c.orgPath("/pools")
@@ -95,8 +110,8 @@ var resources = []*resource{
 			return p, nil, err
 		},
 		aggregate: "pool",
-		cols: []column{field("NAME", "name"), field("CLUSTER", "cluster"), field("KUBERNETES", "kubernetes_version"),
-			field("LATEST", "latest_revision"), field("APPLIED", "applied_revision"), field("UPDATED", "updated_at")}},
+		cols: []column{field("NAME", "name"), field("CLUSTER", "cluster"), field("LATEST", "latest_revision"), field("KUBERNETES", "kubernetes_version"),
+			field("APPLIED", "applied_revision"), field("RUNS", "applied_kubernetes_version"), field("UPDATED", "updated_at")}},
 	{Name: "cluster", Plural: "clusters", Aliases: []string{"cl"}, key: "clusters",
 		list: func(c *client, o *getOptions) (string, url.Values, error) {
 			p, err := c.orgPath("/clusters")

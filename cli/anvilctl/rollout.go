@@ -104,11 +104,13 @@ func (a *app) rolloutCmd() *cobra.Command {
 	_ = startCmd.MarkFlagRequired("pool")
 
 	var toRevision int
+	var undoWatch bool
 	undo := &cobra.Command{
 		Use:   "undo <pool> --to-revision n",
 		Short: "Roll a pool back (or forward) to one of its revisions",
 		Long: "undo rolls revision n of the pool out (POST …/pools/{pool}/revisions/{n}/apply): an older revision\n" +
-			"is a rollback, the pool's current one re-reboots its machines. Follow it with rollout status --watch.",
+			"is a rollback, the pool's current one re-reboots its machines. It prints the rollout's id; --watch\n" +
+			"follows it (as rollout status --watch).",
 		Example:           "  anvilctl rollout undo workers --to-revision 2",
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: a.completeNames("pools"),
@@ -131,11 +133,16 @@ func (a *app) rolloutCmd() *cobra.Command {
 			if b, _ := out["rollback"].(bool); b {
 				what = "rolling back to revision "
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "pool/%s %s%s\n", args[0], what, str(out["apply_requested"]))
+			id := str(out["rollout"])
+			fmt.Fprintf(cmd.OutOrStdout(), "pool/%s %s%s%s\n", args[0], what, str(out["apply_requested"]), rolloutNote(id))
+			if undoWatch && id != "" {
+				return a.watchStarted(cmd.Context(), id, cmd.OutOrStdout())
+			}
 			return nil
 		},
 	}
 	undo.Flags().IntVar(&toRevision, "to-revision", 0, "the revision to roll out (required)")
+	undo.Flags().BoolVarP(&undoWatch, "watch", "w", false, "follow the rollout it starts live until it ends (as rollout status --watch)")
 	_ = undo.MarkFlagRequired("to-revision")
 
 	cmd.AddCommand(status, startCmd, undo,
@@ -190,6 +197,39 @@ func (a *app) completeNames(kind string) func(*cobra.Command, []string, string) 
 		}
 		return a.completeKindAndName(cmd, []string{kind}, s)
 	}
+}
+
+// rolloutNote names the rollout an apply started, for a line of output.
+func rolloutNote(id string) string {
+	if id == "" {
+		return ""
+	}
+	return " as rollout/" + id
+}
+
+// watchStarted watches a rollout that an apply has just asked for: the
+// rollout service starts it a moment after the apply answered, so a 404
+// is waited out for a while, saying so.
+func (a *app) watchStarted(ctx context.Context, id string, w io.Writer) error {
+	deadline := time.Now().Add(30 * time.Second)
+	said := false
+	for {
+		_, err := a.rollout(ctx, id)
+		var apiErr *APIError
+		if err == nil || !errors.As(err, &apiErr) || apiErr.Status != http.StatusNotFound || time.Now().After(deadline) {
+			break
+		}
+		if !said {
+			fmt.Fprintf(a.env.Stderr, "waiting for the rollout service to start rollout/%s\n", id)
+			said = true
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	return a.watch(ctx, id, w)
 }
 
 func (a *app) rollout(ctx context.Context, id string) (map[string]any, error) {

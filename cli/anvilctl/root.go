@@ -97,7 +97,7 @@ func NewRoot(env Env) *cobra.Command {
 		return []string{FormatTable, FormatJSON, FormatYAML}, cobra.ShellCompDirectiveNoFileComp
 	})
 
-	root.AddCommand(a.getCmd(), a.describeCmd(), a.deleteCmd(), a.applyCmd(), a.rolloutCmd(), a.eventsCmd(), a.configCmd())
+	root.AddCommand(a.getCmd(), a.describeCmd(), a.deleteCmd(), a.applyCmd(), a.rolloutCmd(), a.eventsCmd(), a.configCmd(), a.catalogCmd())
 	return root
 }
 

@@ -75,7 +75,7 @@ func TestSeedStory(t *testing.T) {
 			"kubernetes: {minor: \""+minor+"\"}\nflatcar: {channel: stable, version: 4230.2.3}\nrollout: {max_unavailable: 1}\n")
 	}
 	out := s.must("apply", "-f", pool("1.36"), "--apply")
-	if !strings.Contains(out, "pool/workers created (revision 1, rolling out revision 1)") {
+	if !strings.Contains(out, "pool/workers created (revision 1, rolling out revision 1 as rollout/ro-") {
 		t.Fatalf("save & apply the new pool: %s", out)
 	}
 	first := s.newRollout("workers", 1, nil)
@@ -104,7 +104,7 @@ func TestSeedStory(t *testing.T) {
 
 	// 4. change its Kubernetes version, Save & Apply, watch it finish
 	out = s.must("apply", "-f", pool("1.37"), "--apply")
-	if !strings.Contains(out, "pool/workers configured (revision 2, rolling out revision 2)") {
+	if !strings.Contains(out, "pool/workers configured (revision 2, rolling out revision 2 as rollout/ro-") {
 		t.Fatalf("save & apply 1.37: %s", out)
 	}
 	out = s.must("get", "revision", "2", "--pool", "workers", "-o", "json")
@@ -128,14 +128,15 @@ func TestSeedStory(t *testing.T) {
 	time.Sleep(20 * time.Millisecond)
 
 	// 5. roll back to revision 1, and watch that too
-	out = s.must("rollout", "undo", "workers", "--to-revision", "1")
-	if !strings.Contains(out, "pool/workers rolling back to revision 1") {
+	// (undo --watch follows the rollout it started until it ends).
+	out = s.must("rollout", "undo", "workers", "--to-revision", "1", "--watch")
+	if !strings.Contains(out, "pool/workers rolling back to revision 1 as rollout/ro-") {
 		t.Fatalf("undo: %s", out)
 	}
 	back := s.newRollout("workers", 1, []string{first, second})
-	out = s.watchRollout(back)
-	if !strings.Contains(out, "rollout "+back+": pool workers, revision 1") || !strings.Contains(out, "succeeded") {
-		t.Fatalf("watch the rollback:\n%s", out)
+	if !strings.Contains(out, "rolling back to revision 1 as rollout/"+back) ||
+		!strings.Contains(out, "rollout "+back+": pool workers, revision 1") || !strings.Contains(out, "succeeded") {
+		t.Fatalf("undo --watch of the rollback %s:\n%s", back, out)
 	}
 	s.waitMachine(id, "ready", 1)
 	if n := len(m.Reboots()); n != rebootsBefore+2 {

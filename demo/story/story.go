@@ -32,6 +32,9 @@ type Options struct {
 	FromMinor, ToMinor string // the pool's Kubernetes minor before and after (default 1.36, 1.37)
 	MaxUnavailable     string // default "3"
 	NodeReadyTimeout   string // default "3m"
+	// Remediation is the pool's rollout.remediation.max_in_flight (0:
+	// off); nil leaves it to the rollout service's default.
+	Remediation *int
 	// UUIDPrefix makes the fleet's UUIDs (default from Org).
 	UUIDPrefix string
 	// Sim tunes the fleet (BootURL, EnrollmentToken and Kube are set by the
@@ -150,8 +153,15 @@ func (s *Story) Spec(minor string) revapi.PoolSpec {
 		Flatcar:     revapi.Flatcar{Channel: "stable", Version: "4230.2.3"},
 		NodeLabels:  map[string]string{"anvil.dev/tier": "general"},
 		Rollout: revapi.Rollout{MaxUnavailable: revapi.IntOrPercent(s.Opts.MaxUnavailable), DrainTimeout: "2m",
-			NodeReadyTimeout: s.Opts.NodeReadyTimeout},
+			NodeReadyTimeout: s.Opts.NodeReadyTimeout, Remediation: s.remediation()},
 	}
+}
+
+func (s *Story) remediation() *revapi.Remediation {
+	if s.Opts.Remediation == nil {
+		return nil
+	}
+	return &revapi.Remediation{MaxInFlight: *s.Opts.Remediation}
 }
 
 // CreatePool saves the pool ("Save": revision 1, not rolled out yet).

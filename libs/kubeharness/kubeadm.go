@@ -55,10 +55,16 @@ type Kubeadm struct {
 }
 
 // DefaultKubeletConfiguration leaves everything to kubeadm's defaults but
-// the cgroup driver, which must match containerd's SystemdCgroup = true.
+// the cgroup driver, which must match containerd's SystemdCgroup = true,
+// and the client CA: kubeadm would fill it from this control plane's
+// certificatesDir, a directory on this host that the node does not have,
+// so it names where kubeadm join puts the CA on a node.
 const DefaultKubeletConfiguration = `apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 cgroupDriver: systemd
+authentication:
+  x509:
+    clientCAFile: /etc/kubernetes/pki/ca.crt
 `
 
 // WithKubeadm starts a control plane that kubeadm join works against; see

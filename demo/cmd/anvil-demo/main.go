@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/term"
+
 	"github.com/anvil-fleet/anvil/demo/story"
 	rolloutapi "github.com/anvil-fleet/anvil/services/rollout/api"
 	"github.com/anvil-fleet/anvil/services/rollout/domain/operation"
@@ -27,7 +29,7 @@ import (
 func main() {
 	var (
 		dir, gatewayAddr, bootAddr, logFile string
-		pre, booted                         int
+		pre, booted, remediation            int
 		maxUnavailable                      string
 		keep, noWait                        bool
 	)
@@ -37,6 +39,8 @@ func main() {
 	flag.IntVar(&pre, "preregistered", 5, "machines pre-registered before they boot")
 	flag.IntVar(&booted, "booted", 20, "machines that boot and register themselves")
 	flag.StringVar(&maxUnavailable, "max-unavailable", "3", "the pool's maxUnavailable")
+	flag.IntVar(&remediation, "remediation-max-in-flight", -1,
+		"the pool's remediation: give a machine that booted but never came back one more reboot, at most this many at a time; 0: off; -1: the rollout service's default (off)")
 	flag.StringVar(&logFile, "log-file", "", "services' logs (default: <dir>/services.log)")
 	flag.BoolVar(&keep, "keep", false, "keep the working directory at exit")
 	flag.BoolVar(&noWait, "exit", false, "stop after the story instead of waiting for Ctrl-C")
@@ -44,7 +48,7 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, runOpts{dir, gatewayAddr, bootAddr, logFile, pre, booted, maxUnavailable, keep, noWait}); err != nil {
+	if err := run(ctx, runOpts{dir, gatewayAddr, bootAddr, logFile, pre, booted, remediation, maxUnavailable, keep, noWait}); err != nil {
 		fmt.Fprintln(os.Stderr, "\nanvil-demo:", err)
 		os.Exit(1)
 	}
@@ -52,7 +56,7 @@ func main() {
 
 type runOpts struct {
 	dir, gatewayAddr, bootAddr, logFile string
-	pre, booted                         int
+	pre, booted, remediation            int
 	maxUnavailable                      string
 	keep, noWait                        bool
 }
@@ -76,7 +80,7 @@ func (u *ui) header(title string) {
 	defer u.mu.Unlock()
 	u.clearLocked()
 	u.step++
-	fmt.Fprintf(u.out, "\n\033[1m[%d/%d] %s\033[0m\n", u.step, u.steps, title)
+	fmt.Fprintf(u.out, "\n%s\n", u.bold(fmt.Sprintf("[%d/%d] %s", u.step, u.steps, title)))
 }
 
 func (u *ui) printf(format string, args ...any) {
@@ -137,13 +141,28 @@ func (u *ui) lap(what string, since time.Time) {
 	u.timing = append(u.timing, fmt.Sprintf("%-44s %6.1fs", what, time.Since(since).Seconds()))
 }
 
-func isTTY(f *os.File) bool {
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
+// newUI prints to out. Only on a terminal is the progress line redrawn in
+// place and are titles bold: piped or redirected (a CI log, a file), the
+// output is plain lines without escape codes.
+func newUI(out io.Writer, steps int) *ui {
+	return &ui{out: out, tty: isTerminal(out), start: time.Now(), steps: steps}
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd())) && os.Getenv("TERM") != "dumb"
+}
+
+// bold is s in bold on a terminal, s elsewhere.
+func (u *ui) bold(s string) string {
+	if !u.tty {
+		return s
+	}
+	return "\033[1m" + s + "\033[0m"
 }
 
 func run(ctx context.Context, o runOpts) (err error) {
-	u := &ui{out: os.Stdout, tty: isTTY(os.Stdout) && os.Getenv("TERM") != "dumb", start: time.Now(), steps: 8}
+	u := newUI(os.Stdout, 8)
 	if o.dir == "" {
 		if o.dir, err = os.MkdirTemp("", "anvil-demo-"); err != nil {
 			return err
@@ -164,7 +183,7 @@ func run(ctx context.Context, o runOpts) (err error) {
 	defer lf.Close()
 	logger := slog.New(slog.NewJSONHandler(lf, &slog.HandlerOptions{Level: slog.LevelInfo}))
 
-	fmt.Fprintf(u.out, "\033[1manvil demo\033[0m: the seed story on a real control plane (work dir %s, services' logs in %s)\n", o.dir, o.logFile)
+	fmt.Fprintf(u.out, u.bold("anvil demo")+": the seed story on a real control plane (work dir %s, services' logs in %s)\n", o.dir, o.logFile)
 
 	// 1. The control plane and the dev stack.
 	u.header("Start a Kubernetes control plane (etcd, kube-apiserver v1.37.1, controller-manager, scheduler, kwok) and the dev stack")
@@ -187,8 +206,12 @@ func run(ctx context.Context, o runOpts) (err error) {
 	u.printf("dev stack: gateway %s, boot %s, embedded JetStream in %s; Kubernetes catalog %s", env.GatewayURL, env.BootURL, env.Config.DataDir, story.KubernetesVersions)
 	u.lap("control plane and dev stack up", t0)
 
-	s := story.New(env, story.Options{Preregistered: o.pre, Booted: o.booted, MaxUnavailable: o.maxUnavailable,
-		StateDir: filepath.Join(o.dir, "machines"), SimLogger: logger.With("component", "sim")})
+	sopts := story.Options{Preregistered: o.pre, Booted: o.booted, MaxUnavailable: o.maxUnavailable,
+		StateDir: filepath.Join(o.dir, "machines"), SimLogger: logger.With("component", "sim")}
+	if o.remediation >= 0 {
+		sopts.Remediation = &o.remediation
+	}
+	s := story.New(env, sopts)
 
 	// 2. Organization, cluster, pool.
 	u.header("Create an organization, a cluster and a pool (over the gateway's HTTP API)")
@@ -301,7 +324,7 @@ func run(ctx context.Context, o runOpts) (err error) {
 	// Summary.
 	ms, _ := s.Machines(ctx, s.Opts.Pool)
 	ready, cordoned, total, _ := s.NodesReady(ctx)
-	fmt.Fprintf(u.out, "\n\033[1mSummary\033[0m (%.0fs in all)\n", time.Since(u.start).Seconds())
+	fmt.Fprintf(u.out, "\n%s (%.0fs in all)\n", u.bold("Summary"), time.Since(u.start).Seconds())
 	for _, l := range u.timing {
 		fmt.Fprintln(u.out, "  "+l)
 	}
@@ -309,7 +332,7 @@ func run(ctx context.Context, o runOpts) (err error) {
 	fmt.Fprintf(u.out, "  upgrade %s: %s, %d/%d done; rollback %s: %s, %d/%d done; %d audit events\n",
 		upgrade.ID, upgrade.Status, upgrade.Progress.Done, upgrade.Progress.Total, rbFinal.ID, rbFinal.Status, rbFinal.Progress.Done, rbFinal.Progress.Total, len(evs))
 
-	fmt.Fprintf(u.out, "\n\033[1mExplore\033[0m\n")
+	fmt.Fprintf(u.out, "\n%s\n", u.bold("Explore"))
 	fmt.Fprintf(u.out, "  gateway (HTTP API):   %s/api/v1/orgs/%s/machines   (OpenAPI: %s/openapi.json)\n", env.GatewayURL, s.Opts.Org, env.GatewayURL)
 	fmt.Fprintf(u.out, "  boot (iPXE chain):    %s/boot.ipxe?token=%s\n", env.BootURL, s.Tokens["enrollment"])
 	fmt.Fprintf(u.out, "  kubeconfig:           %s\n", env.Kube.KubeconfigPath)

@@ -48,7 +48,8 @@ func (w *warnings) take() []string {
 // TestInstallAndUpgrade installs the chart into a real kube-apiserver (libs/kubeharness) in a
 // namespace that enforces the restricted Pod Security profile, then upgrades it. Every object
 // must be accepted, no Pod Security warning may come back, the controllers must be able to
-// create every pod (no kubelet runs them), and the generated secrets must survive the upgrade.
+// create every pod (no kubelet runs them), and the release must neither make nor change a
+// Secret: the operator's Secret is the only one.
 func TestInstallAndUpgrade(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: skipping the install into a real API server")
@@ -69,16 +70,28 @@ func TestInstallAndUpgrade(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The Secrets an operator would create for the upgrade's value set.
-	for _, s := range []struct{ name, key string }{{"boot-tls", "tls.crt"}, {"boot-signing", "keys"}} {
-		sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: s.name, Namespace: ns}, Data: map[string][]byte{s.key: []byte("x")}}
-		if s.name == "boot-tls" {
-			sec.Data["tls.key"] = []byte("x")
-		}
+	// The Secrets an operator creates: the credentials (README.md's command, with fixed values)
+	// and, for the upgrade's value set, boot's certificate and signing key.
+	shared := map[string][]byte{}
+	for k, v := range natsSecrets["anvil-secrets"] {
+		shared[k] = []byte(v)
+	}
+	shared["admin-token"] = []byte("anvil_admin_0123456789abcdef0123456789abcdef0123456789")
+	shared["encryption-keys"] = []byte("k1:AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=")
+	for _, s := range []struct {
+		name string
+		data map[string][]byte
+	}{
+		{"anvil-secrets", shared},
+		{"boot-tls", map[string][]byte{"tls.crt": []byte("x"), "tls.key": []byte("x")}},
+		{"boot-signing", map[string][]byte{"keys": []byte("x")}},
+	} {
+		sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: s.name, Namespace: ns}, Data: s.data}
 		if _, err := cp.Client.CoreV1().Secrets(ns).Create(ctx, sec, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
+	before := secretData(ctx, t, cp.Client, ns, "anvil-secrets")
 
 	warn := &warnings{}
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
@@ -101,12 +114,12 @@ func TestInstallAndUpgrade(t *testing.T) {
 	ch := loadChart(t)
 	client := cp.Client
 
-	// Install with the default values.
+	// Install with the default values and the one Secret they need.
 	inst := action.NewInstall(cfg)
 	inst.ReleaseName = "anvil"
 	inst.Namespace = ns
 	inst.Timeout = 2 * time.Minute
-	rel, err := inst.RunWithContext(ctx, ch, nil)
+	rel, err := inst.RunWithContext(ctx, ch, map[string]any{"existingSecret": "anvil-secrets"})
 	if err != nil {
 		t.Fatalf("helm install: %v", err)
 	}
@@ -122,14 +135,13 @@ func TestInstallAndUpgrade(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := secretData(ctx, t, client, ns, "anvil-admin-token", "anvil-revisions-encryption",
-		"anvil-nats-registry", "anvil-nats-gateway", "anvil-nats-routes")
 
 	// Upgrade: more replicas, ingresses, TLS on boot, an existing signing key, no NetworkPolicies.
 	up := action.NewUpgrade(cfg)
 	up.Namespace = ns
 	up.Timeout = 2 * time.Minute
 	vals, err := chartutil.ReadValues([]byte(`
+existingSecret: anvil-secrets
 networkPolicy: {enabled: false}
 registry: {replicas: 3}
 gateway:
@@ -170,13 +182,23 @@ boot:
 	} else if sts.Generation != stsBefore.Generation {
 		t.Errorf("the upgrade changed the NATS StatefulSet's spec (generation %d to %d): its servers would restart", stsBefore.Generation, sts.Generation)
 	}
-	after := secretData(ctx, t, client, ns, "anvil-admin-token", "anvil-revisions-encryption",
-		"anvil-nats-registry", "anvil-nats-gateway", "anvil-nats-routes")
-	for name, data := range before {
-		for k, v := range data {
-			if string(after[name][k]) != string(v) {
-				t.Errorf("Secret %s key %s changed in the upgrade; generated secrets must be kept", name, k)
-			}
+	// No Secret but the operator's three, and theirs untouched.
+	secrets, err := client.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range secrets.Items {
+		if s.Type == "helm.sh/release.v1" {
+			continue // Helm's own record of the release
+		}
+		if !slices.Contains([]string{"anvil-secrets", "boot-tls", "boot-signing"}, s.Name) {
+			t.Errorf("Secret %s was made by the release", s.Name)
+		}
+	}
+	after := secretData(ctx, t, client, ns, "anvil-secrets")
+	for k, v := range before["anvil-secrets"] {
+		if string(after["anvil-secrets"][k]) != string(v) {
+			t.Errorf("key %s of the operator's Secret changed", k)
 		}
 	}
 }

@@ -36,10 +36,11 @@ type valueSet struct {
 	values string // YAML, merged over the chart's values.yaml
 }
 
-// valueSets are the default values and three (plus one) other configurations.
+// valueSets are the default values with the one Secret they need, and other configurations.
 var valueSets = []valueSet{
-	{name: "default", values: ``},
+	{name: "minimal", values: `existingSecret: anvil-secrets`},
 	{name: "external-nats", values: `
+existingSecret: anvil-secrets
 nats:
   bundled:
     enabled: false
@@ -57,6 +58,7 @@ networkPolicy:
     - ipBlock: {cidr: 10.20.0.0/16}
 `},
 	{name: "ingress-no-netpol", values: `
+existingSecret: anvil-secrets
 networkPolicy:
   enabled: false
 gateway:
@@ -115,8 +117,10 @@ nats:
   streamReplicas: 3
   bundled:
     replicas: 5
-    podAntiAffinity: hard
+    podAntiAffinity: soft
+    zoneSpread: DoNotSchedule
     persistence: {size: 50Gi, storageClassName: fast}
+    routes: {existingSecret: nats-routes, passwordKey: route-password}
   users:
     registry: {existingSecret: nats-registry}
     revisions: {existingSecret: nats-revisions}
@@ -133,6 +137,8 @@ networkPolicy:
 	{name: "external-nats-creds-admin-hash", values: `
 adminToken:
   hash: 2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824
+revisions:
+  encryptionKeys: {existingSecret: anvil-keys}
 nats:
   streamReplicas: 1
   bundled: {enabled: false}
@@ -143,6 +149,24 @@ nats:
     rollout: {existingSecret: creds-rollout}
     boot: {existingSecret: creds-boot}
     gateway: {existingSecret: creds-gateway, credsKey: user.creds}
+`},
+	{name: "digests-one-nats", values: `
+existingSecret: anvil-secrets
+image: {registry: registry.example.com, tag: "1.2.3"}
+registry: {image: {digest: "sha256:1111111111111111111111111111111111111111111111111111111111111111"}}
+revisions: {image: {digest: "sha256:2222222222222222222222222222222222222222222222222222222222222222"}}
+rollout: {image: {digest: "sha256:3333333333333333333333333333333333333333333333333333333333333333"}}
+boot: {image: {digest: "sha256:4444444444444444444444444444444444444444444444444444444444444444"}}
+gateway: {image: {digest: "sha256:5555555555555555555555555555555555555555555555555555555555555555"}}
+nats:
+  streamReplicas: 1
+  bundled:
+    replicas: 1
+    podAntiAffinity: none
+    zoneSpread: none
+    image: {digest: "sha256:6666666666666666666666666666666666666666666666666666666666666666"}
+  users:
+    gateway: {existingSecret: nats-gateway}
 `},
 }
 

@@ -31,6 +31,8 @@ func main() {
 	flag.StringVar(&cfg.SysextMirror, "sysext-mirror", svc.Env("ANVIL_BOOT_SYSEXT_MIRROR", ""),
 		"URL template with {version} and {arch} from which a missing Kubernetes sysext is fetched (env ANVIL_BOOT_SYSEXT_MIRROR)")
 	flag.StringVar(&cfg.NATSAddr, "nats-addr", svc.Env("ANVIL_DEV_NATS_ADDR", ""), "also accept external NATS clients here, e.g. 127.0.0.1:4222 (env ANVIL_DEV_NATS_ADDR)")
+	flag.StringVar(&cfg.KubernetesVersions, "kubernetes-versions", svc.Env("ANVIL_KUBERNETES_VERSIONS", ""),
+		"comma-separated x.y.z Kubernetes versions that seed the catalog on the first start; empty: the revisions service's default (env ANVIL_KUBERNETES_VERSIONS)")
 	flag.StringVar(&logLevel, "log-level", svc.Env("ANVIL_LOG_LEVEL", "info"), "debug, info, warn or error (env ANVIL_LOG_LEVEL)")
 	flag.StringVar(&logFormat, "log-format", svc.Env("ANVIL_LOG_FORMAT", "text"), "json or text (env ANVIL_LOG_FORMAT)")
 	flag.Parse()

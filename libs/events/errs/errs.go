@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 )
 
 // Kind says what went wrong in terms a caller can act on.
@@ -22,6 +23,7 @@ const (
 	KindForbidden    Kind = "forbidden"           // authenticated, but the role does not allow it
 	KindUnauthorized Kind = "unauthorized"        // no or unknown credentials
 	KindUnavailable  Kind = "unavailable"         // a dependency is down; retrying may help
+	KindRateLimited  Kind = "rate_limited"        // too many requests; retry after RetryAfter seconds
 	KindInternal     Kind = "internal"            // a bug or an unexpected failure
 )
 
@@ -37,6 +39,9 @@ type Error struct {
 	Kind    Kind         `json:"kind"`
 	Message string       `json:"message"`
 	Fields  []FieldError `json:"fields,omitempty"`
+	// RetryAfter (seconds) says when a rate-limited request may succeed;
+	// HTTP answers carry it as Retry-After.
+	RetryAfter int `json:"retry_after,omitempty"`
 }
 
 func (e *Error) Error() string {
@@ -77,6 +82,14 @@ func Forbidden(format string, args ...any) *Error    { return newf(KindForbidden
 func Unauthorized(format string, args ...any) *Error { return newf(KindUnauthorized, format, args...) }
 func Unavailable(format string, args ...any) *Error  { return newf(KindUnavailable, format, args...) }
 func Internal(format string, args ...any) *Error     { return newf(KindInternal, format, args...) }
+
+// RateLimited refuses a request that came too soon; after is rounded up to
+// whole seconds (at least one).
+func RateLimited(after time.Duration, format string, args ...any) *Error {
+	e := newf(KindRateLimited, format, args...)
+	e.RetryAfter = max(1, int((after+time.Second-1)/time.Second))
+	return e
+}
 
 // KindOf reports the kind of err; anything that is not an *Error is internal.
 func KindOf(err error) Kind {
@@ -163,6 +176,8 @@ func HTTPStatus(k Kind) int {
 		return http.StatusUnauthorized
 	case KindUnavailable:
 		return http.StatusServiceUnavailable
+	case KindRateLimited:
+		return http.StatusTooManyRequests
 	}
 	return http.StatusInternalServerError
 }

@@ -24,8 +24,10 @@ type Agent struct {
 // credential copied to another machine is refused), for a machine revision
 // that was served to this machine, and that revision must still be the one
 // it was served last or its current or target revision (see
-// record.CredentialCurrent): credentials rotate with revisions. The
-// credential never appears in a log or an error.
+// record.CredentialCurrent): credentials rotate with revisions. It must
+// not have been issued before the machine's credentials were revoked (the
+// machine was deleted, unassigned or registered again since; see
+// record.Revocation). The credential never appears in a log or an error.
 func (a *App) Authenticate(ctx context.Context, pathUUID, authorization string) (Agent, error) {
 	uuid, err := ipxe.ParseUUID(pathUUID)
 	if err != nil || uuid != pathUUID {
@@ -42,6 +44,14 @@ func (a *App) Authenticate(ctx context.Context, pathUUID, authorization string) 
 	rec, err := a.Records.Get(ctx, c.Org, uuid)
 	if err != nil {
 		return Agent{}, asUnavailable(err, "the boot records")
+	}
+	if rec.CredentialRevoked(c.Issued) {
+		reason := "revoked"
+		if c.Legacy() {
+			reason = "revoked_legacy"
+		}
+		return Agent{}, a.authFailed(ctx, reason, errs.Unauthorized("%s", revokedDetail("the agent credential", rec.Revoked)),
+			"org", c.Org, "uuid", uuid, "cause", string(rec.Revoked.Cause))
 	}
 	ok, need := rec.CredentialCurrent(c.MachineRevisionID, nil)
 	if need {

@@ -62,7 +62,7 @@ func (a *App) MachineScript(ctx context.Context, req ScriptRequest) Script {
 			q.Attempt, retry, "org", m.Org, "uuid", m.UUID)
 	}
 	tok := a.Keys.SignBoot(signing.BootClaims{
-		Org: m.Org, UUID: m.UUID, Pool: m.Pool, Revision: m.TargetRevision, Expires: now.Add(a.Settings.BootTokenTTL),
+		Org: m.Org, UUID: m.UUID, Pool: m.Pool, Revision: m.TargetRevision, Expires: now.Add(a.Settings.BootTokenTTL), Issued: now,
 	})
 	body, err := ipxe.BootScript(ipxe.Boot{
 		Messages: []string{fmt.Sprintf("machine %s (organization %s) boots revision %d of pool %s: Flatcar %s %s",

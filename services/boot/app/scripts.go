@@ -60,7 +60,7 @@ func registryRefusal(err error) *ipxe.Refusal {
 		return ipxe.Refuse(ipxe.ReasonTokenRefused, "the enrollment token was refused (%s); check the token in the chain URL, or issue a new one", e.Message)
 	case errs.KindNotFound:
 		return ipxe.Refuse(ipxe.ReasonTokenRefused, "the enrollment token's organization was not found (%s)", e.Message)
-	case errs.KindValidation, errs.KindConflict, errs.KindPrecondition:
+	case errs.KindValidation, errs.KindConflict, errs.KindPrecondition, errs.KindRateLimited:
 		return ipxe.Refuse(ipxe.ReasonMachineRefused, "the registry refused this machine: %s", e.Error())
 	case errs.KindUnavailable:
 		return ipxe.Refuse(ipxe.ReasonRegistryUnavailable, "the registry is not available (%s)", e.Message)

@@ -338,7 +338,10 @@ type problem struct {
 func writeError(w http.ResponseWriter, err error) {
 	e := errs.As(err)
 	status := statusOf(e.Kind)
-	if status == http.StatusServiceUnavailable {
+	switch {
+	case e.RetryAfter > 0:
+		w.Header().Set("Retry-After", strconv.Itoa(e.RetryAfter))
+	case status == http.StatusServiceUnavailable:
 		w.Header().Set("Retry-After", "5")
 	}
 	var fields []agentapi.FieldError

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/anvil-fleet/anvil/libs/events/errs"
 	"github.com/anvil-fleet/anvil/services/boot/app"
@@ -42,7 +43,7 @@ func TestPanicsNeverReachTheFirmware(t *testing.T) {
 	}
 
 	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/agent/v1/machines/4c4c4544-0035-4b10-8056-b7c04f4e3532/heartbeat", strings.NewReader("{}"))
-	req.Header.Set("Authorization", "Bearer "+keys.SignCredential("acme", "4c4c4544-0035-4b10-8056-b7c04f4e3532", "mr-0123456789abcdef0123"))
+	req.Header.Set("Authorization", "Bearer "+keys.SignCredential("acme", "4c4c4544-0035-4b10-8056-b7c04f4e3532", "mr-0123456789abcdef0123", time.Now()))
 	resp, err = http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -34,10 +34,30 @@ func RegisterQueries(srv *command.Server, a *app.App) error {
 // (consumer handler-boot-instructions-<type>).
 const InstructionsHandler = "boot-instructions"
 
+// RevocationsHandler is the durable name of the handler that revokes
+// machines' credentials (consumer handler-boot-revocations).
+const RevocationsHandler = "boot-revocations"
+
 // RegisterEventHandlers routes RebootRequested and InstructionWithdrawn
-// events to the app. A payload that can never be valid is poisoned at once
-// (it is logged and kept in the POISON stream); anything else is retried.
+// events, and the registry's machine events that revoke credentials
+// (app.RevokingEvents), to the app. A payload that can never be valid is
+// poisoned at once (it is logged and kept in the POISON stream); anything
+// else is retried.
 func RegisterEventHandlers(r *handler.Router, a *app.App) {
+	var revoking []string
+	for _, p := range app.RevokingEvents() {
+		revoking = append(revoking, p.(events.Payload).EventType())
+	}
+	// One consumer shared by the replicas, from the start of the log: a
+	// new deployment revokes what the machines' history says is revoked.
+	r.Handle(RevocationsHandler, events.Filter{AggregateType: "machine", EventTypes: revoking},
+		func(ctx context.Context, env *events.Envelope, payload any) error {
+			err := a.RevokeCredentials(ctx, env.Org, env.AggregateID, env.Sequence, env.Time, payload)
+			if errs.Is(err, errs.KindValidation) {
+				return handler.Permanent(err)
+			}
+			return err
+		})
 	for _, aggType := range api.InstructionAggregateTypes {
 		r.Handle(InstructionsHandler+"-"+aggType, events.Filter{
 			AggregateType: aggType,

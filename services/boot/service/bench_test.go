@@ -194,7 +194,7 @@ func bootStorm(b *testing.B, prepare bool) {
 		fetchIgnition := func(urls []string, from, to string) (time.Duration, error) {
 			return eventstest.Parallel(n, workers, func(i int) error {
 				cfg, err := get(strings.Replace(urls[i], from, to, 1))
-				if err == nil && !strings.Contains(cfg, "ac1_acme_mr-") {
+				if err == nil && !strings.Contains(cfg, "ac2_acme_mr-") {
 					err = fmt.Errorf("machine %d: no credential in its config", i)
 				}
 				return err

@@ -45,7 +45,7 @@ var (
 	bootstrapTok  = "abcdef.0123456789abcdef"
 	caHash        = "sha256:" + strings.Repeat("ab", 32)
 	testActor     = "token:t1 (test)"
-	kubeconfig    = "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: 'https://api.example:6443'}\nusers:\n- name: drain\n  user: {token: kubeconfig-secret-1}\n"
+	kubeconfig    = "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: 'https://api.example:6443'}\nusers:\n- name: drain\n  user: {token: kubeconfig-secret-1}\ncontexts:\n- name: c\n  context: {cluster: c, user: drain}\ncurrent-context: c\n"
 )
 
 // clock is the boot service's clock, which a test can move forward.

@@ -136,7 +136,7 @@ func TestAgentCredentials(t *testing.T) {
 	if r := hb(a, "Bearer "+ignA.credential); r.status != http.StatusNoContent {
 		t.Fatalf("own credential: %d %s", r.status, r.body)
 	}
-	forgedOrg := strings.Replace(ignA.credential, "ac1_acme_", "ac1_umbrella_", 1)
+	forgedOrg := strings.Replace(ignA.credential, "ac2_acme_", "ac2_umbrella_", 1)
 	for name, tc := range map[string]struct {
 		uuid, auth string
 		status     int

@@ -34,6 +34,7 @@ const Name = "boot"
 func NewRegistry() *events.Registry {
 	reg := events.NewRegistry()
 	reg.RegisterAll(api.EventTypes())
+	reg.RegisterAll(app.RevokingEvents()) // the registry's, read to revoke credentials
 	return reg
 }
 

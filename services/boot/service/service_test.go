@@ -165,7 +165,7 @@ func TestBootSequenceOverHTTP(t *testing.T) {
 			t.Errorf("kernel args lack %s: %v", want, b.args)
 		}
 	}
-	if !strings.HasPrefix(b.ignitionURL, s.url+"/ignition?uuid="+uuid+"&token=pb1.") {
+	if !strings.HasPrefix(b.ignitionURL, s.url+"/ignition?uuid="+uuid+"&token=pb2.") {
 		t.Fatalf("ignition URL %s", b.ignitionURL)
 	}
 
@@ -178,7 +178,7 @@ func TestBootSequenceOverHTTP(t *testing.T) {
 	// The renderer writes ANVIL_URL or ANVIL_BOOT_URL (the agent reads
 	// both) and no UUID (the agent reads SMBIOS).
 	env := ign.files["/etc/anvil/agent.env"]
-	if !regexp.MustCompile(`(?m)^ANVIL_(BOOT_)?URL=`+regexp.QuoteMeta(s.url)+`$`).MatchString(env) || !strings.HasPrefix(ign.credential, "ac1_acme_"+mrid+"_") {
+	if !regexp.MustCompile(`(?m)^ANVIL_(BOOT_)?URL=`+regexp.QuoteMeta(s.url)+`$`).MatchString(env) || !strings.HasPrefix(ign.credential, "ac2_acme_"+mrid+"_") {
 		t.Fatalf("agent.env:\n%s", ign.files["/etc/anvil/agent.env"])
 	}
 

@@ -29,6 +29,7 @@ import (
 	"github.com/anvil-fleet/anvil/services/gateway/domain"
 	regapi "github.com/anvil-fleet/anvil/services/registry/api"
 	"github.com/anvil-fleet/anvil/services/registry/domain/token"
+	rev "github.com/anvil-fleet/anvil/services/revisions/api"
 	rolloutapi "github.com/anvil-fleet/anvil/services/rollout/api"
 )
 
@@ -135,6 +136,7 @@ func NewHandler(d Deps) http.Handler {
 	h.routes = append(h.routes, h.revisionRoutes()...)
 	h.routes = append(h.routes, h.rolloutRoutes()...)
 	h.routes = append(h.routes, h.bootRoutes()...)
+	h.routes = append(h.routes, h.catalogRoutes()...)
 
 	mux := http.NewServeMux()
 	for _, rt := range h.routes {
@@ -182,7 +184,7 @@ func NewHandler(d Deps) http.Handler {
 		}
 		writeProblem(w, problemOf(errs.NotFound("no route %s %s", r.Method, r.URL.Path), r.URL.Path))
 	})
-	return otelhttp.NewHandler(refuseOversized(d.BodyLimit, mux), "gateway", otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
+	return otelhttp.NewHandler(traceHeaders(refuseOversized(d.BodyLimit, mux)), "gateway", otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
 		// Patterns carry their method ("PUT /api/v1/…") except the
 		// catch-all; the path itself would make the span names unbounded.
 		switch {
@@ -251,6 +253,10 @@ func (h *handler) encoder(rt route) httptransport.EncodeResponseFunc {
 	return func(ctx context.Context, w http.ResponseWriter, resp any) error {
 		if v := etagVersion(resp); v > 0 {
 			w.Header().Set("ETag", strconv.Quote(strconv.FormatUint(v, 10)))
+		}
+		if pc, ok := resp.(rev.PoolChange); ok && pc.Rollout != "" {
+			// An apply answers where to follow the rollout it started.
+			w.Header().Set("Location", "/api/v1/orgs/"+pc.Pool.Org+"/rollouts/"+pc.Rollout)
 		}
 		if rt.Status == http.StatusNoContent {
 			w.WriteHeader(http.StatusNoContent)

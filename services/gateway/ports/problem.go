@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strconv"
 
 	"github.com/anvil-fleet/anvil/libs/events/errs"
 	"github.com/anvil-fleet/anvil/services/gateway/domain"
@@ -56,6 +57,9 @@ func (h *handler) encodeError(ctx context.Context, err error, w http.ResponseWri
 	p := problemOf(err, requestPath(ctx))
 	if p.Status >= 500 && p.Status != http.StatusServiceUnavailable {
 		h.log.ErrorContext(ctx, "request failed", "path", p.Instance, "err", err)
+	}
+	if e := errs.As(err); e.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(e.RetryAfter))
 	}
 	writeProblem(w, p)
 }

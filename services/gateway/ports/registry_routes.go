@@ -44,6 +44,9 @@ type TokenCreate struct {
 	Name      string    `json:"name,omitempty"`
 	Role      org.Role  `json:"role,omitempty"` // API tokens only
 	ExpiresAt time.Time `json:"expires_at,omitzero"`
+	// MaxMachines (enrollment tokens only) caps how many machines the
+	// token may register; absent or 0: no cap.
+	MaxMachines int `json:"max_machines,omitempty"`
 }
 
 // TokenList lists tokens without secrets or hashes.
@@ -55,6 +58,10 @@ type TokenList struct {
 type Machine struct {
 	regapi.Machine
 	Version uint64 `json:"version"`
+	// Deleted: the request removed the machine (a DELETE that needed no
+	// drain, or a forced one); the rest is the machine as it last was, with
+	// its last status, and Version the deletion's.
+	Deleted bool `json:"deleted,omitempty"`
 }
 
 func (m Machine) ETagVersion() uint64 { return m.Version }
@@ -117,7 +124,7 @@ func (h *handler) registryRoutes() []route {
 					out = got
 				}
 				h.writes.note(ctx, out.Version)
-				return Machine{Machine: out.Machine, Version: out.Version}, nil
+				return Machine{Machine: out.Machine, Version: out.Version, Deleted: out.Deleted}, nil
 			},
 		}
 	}
@@ -150,10 +157,14 @@ func (h *handler) registryRoutes() []route {
 					if kind == token.KindEnrollment && b.Role != "" {
 						return nil, errs.Invalid("role", "enrollment tokens have no role")
 					}
-					return regapi.TokenIssue{Org: r.PathValue("org"), Kind: kind, Name: b.Name, Role: b.Role, ExpiresAt: b.ExpiresAt}, nil
+					if kind == token.KindAPI && b.MaxMachines != 0 {
+						return nil, errs.Invalid("max_machines", "only enrollment tokens register machines")
+					}
+					return regapi.TokenIssue{Org: r.PathValue("org"), Kind: kind, Name: b.Name, Role: b.Role, ExpiresAt: b.ExpiresAt, MaxMachines: b.MaxMachines}, nil
 				},
 				Endpoint: func(ctx context.Context, req any) (any, error) { return reg.IssueToken(ctx, req.(regapi.TokenIssue)) }},
-			{Method: "DELETE", Path: path + "/{id}", Min: domain.RoleAdmin, Summary: "Revoke one of the " + what, Response: org.TokenInfo{}, Status: 200,
+			{Method: "DELETE", Path: path + "/{id}", Min: domain.RoleAdmin, Summary: "Revoke one of the " + what + "; answers it as it is now, status revoked",
+				Response: org.TokenInfo{}, Status: 200,
 				Decode: func(_ context.Context, r *http.Request) (any, error) {
 					return regapi.TokenRevoke{Org: r.PathValue("org"), TokenID: r.PathValue("id")}, nil
 				},
@@ -265,7 +276,8 @@ func (h *handler) registryRoutes() []route {
 				}
 				return cmds, nil
 			}),
-		machineRoute("DELETE", one, "Delete a machine (?policy=graceful|unsafe|forced)", domain.RoleOperator, 200, nil,
+		machineRoute("DELETE", one, "Delete a machine (?policy=graceful|unsafe|forced); answers the machine in status deleting while its node is drained "+
+			"and removed, or, when it is removed at once, as it last was with deleted: true", domain.RoleOperator, 200, nil,
 			func(r *http.Request) ([]machine.Command, error) {
 				return []machine.Command{machine.Delete{Policy: machine.DeletionPolicy(r.URL.Query().Get("policy"))}}, nil
 			}),

@@ -177,7 +177,7 @@ func (h *handler) rolloutRoutes() []route {
 			Endpoint: func(ctx context.Context, req any) (any, error) {
 				return ro.Start(ctx, req.(rolloutapi.StartRequest))
 			}},
-		{Method: "GET", Path: one, Min: V, Summary: "Get a rollout (status, progress, machines, checks and log), now or ?at= a past time or sequence",
+		{Method: "GET", Path: one, Min: V, Summary: "Get a rollout (status, progress, machines and checks; its log is at /operations/{id}/log), now or ?at= a past time or sequence",
 			Response: rolloutapi.Rollout{}, Status: 200, Query: []string{"at"},
 			Decode: func(_ context.Context, r *http.Request) (any, error) { return get(r) },
 			Endpoint: func(ctx context.Context, req any) (any, error) {

@@ -29,7 +29,7 @@ func TestMachineRevisionsAndStartupLog(t *testing.T) {
 	}
 	// a pool with two revisions, and the machine assigned to it
 	cluster := map[string]any{"name": "prod", "api_endpoint": "https://api.prod.example:6443", "kubernetes_version": "1.34.1",
-		"kubeconfig": "apiVersion: v1\nkind: Config\nclusters:\n- name: prod\n  cluster: {server: 'https://api.prod.example:6443'}\nusers:\n- name: drain\n  user: {token: t0k3n}\n", "bootstrap_token": "k8sabc.s3cr3tt0k3nv4lu3", "ca_cert_hash": "sha256:" + strings.Repeat("ab", 32)}
+		"kubeconfig": "apiVersion: v1\nkind: Config\nclusters:\n- name: prod\n  cluster: {server: 'https://api.prod.example:6443'}\nusers:\n- name: drain\n  user: {token: t0k3n}\ncontexts:\n- name: prod\n  context: {cluster: prod, user: drain}\ncurrent-context: prod\n", "bootstrap_token": "k8sabc.s3cr3tt0k3nv4lu3", "ca_cert_hash": "sha256:" + strings.Repeat("ab", 32)}
 	if r := s.do("POST", base+"/clusters", tn.admin, cluster, nil, nil); r.status != 201 {
 		t.Fatalf("cluster: %d %s", r.status, r.body)
 	}

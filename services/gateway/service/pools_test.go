@@ -10,7 +10,7 @@ func TestClusterPoolRevisionRoutes(t *testing.T) {
 	s := startStack(t)
 	tn := s.tenants()
 	base := "/api/v1/orgs/acme"
-	kubeconfig := "apiVersion: v1\nkind: Config\nclusters:\n- name: prod\n  cluster: {server: 'https://api.prod.example:6443'}\nusers:\n- name: drain\n  user: {token: kubeconfig-plaintext-7c1e5d}\n"
+	kubeconfig := "apiVersion: v1\nkind: Config\nclusters:\n- name: prod\n  cluster: {server: 'https://api.prod.example:6443'}\nusers:\n- name: drain\n  user: {token: kubeconfig-plaintext-7c1e5d}\ncontexts:\n- name: prod\n  context: {cluster: prod, user: drain}\ncurrent-context: prod\n"
 	cluster := map[string]any{"name": "prod", "api_endpoint": "https://api.prod.example:6443", "kubernetes_version": "1.34.1",
 		"kubeconfig": kubeconfig, "bootstrap_token": "k8sabc.s3cr3tt0k3nv4lu3", "ca_cert_hash": "sha256:" + fmt.Sprintf("%064x", 42)}
 	r := s.do("POST", base+"/clusters", tn.admin, cluster, nil, nil)
@@ -46,12 +46,17 @@ func TestClusterPoolRevisionRoutes(t *testing.T) {
 	spec["kubernetes"] = map[string]any{"minor": "1.34"}
 	spec["apply"] = true
 	var change struct {
-		RevisionCreated int `json:"revision_created"`
-		ApplyRequested  int `json:"apply_requested"` // the revision asked to be rolled out
+		RevisionCreated int    `json:"revision_created"`
+		ApplyRequested  int    `json:"apply_requested"` // the revision asked to be rolled out
+		Rollout         string `json:"rollout"`         // the rollout it starts
 	}
 	r = s.do("PUT", base+"/pools/workers", tn.admin, spec, map[string]string{"If-Match": etag}, &change)
 	if r.status != 200 || change.RevisionCreated != 2 || change.ApplyRequested != 2 {
 		t.Fatalf("save & apply: %d %s", r.status, r.body)
+	}
+	// The answer names the rollout the apply starts, and where to follow it.
+	if !strings.HasPrefix(change.Rollout, "ro-") || r.header.Get("Location") != base+"/rollouts/"+change.Rollout {
+		t.Fatalf("save & apply names rollout %q at Location %q", change.Rollout, r.header.Get("Location"))
 	}
 	if r := s.do("PUT", base+"/pools/workers", tn.admin, spec, map[string]string{"If-Match": etag}, nil); r.status != 412 {
 		t.Fatalf("stale If-Match: %d %s", r.status, r.body)
@@ -78,11 +83,26 @@ func TestClusterPoolRevisionRoutes(t *testing.T) {
 	}
 	// rollback: apply revision 1 (operator may)
 	var rb struct {
-		Rollback bool `json:"rollback"`
-		Applied  int  `json:"apply_requested"`
+		Rollback bool   `json:"rollback"`
+		Applied  int    `json:"apply_requested"`
+		Rollout  string `json:"rollout"`
 	}
-	if r := s.do("POST", base+"/pools/workers/revisions/1/apply", tn.operator, nil, nil, &rb); r.status != 200 || !rb.Rollback || rb.Applied != 1 {
-		t.Fatalf("rollback: %d %s", r.status, r.body)
+	if r := s.do("POST", base+"/pools/workers/revisions/1/apply", tn.operator, nil, nil, &rb); r.status != 200 || !rb.Rollback || rb.Applied != 1 ||
+		rb.Rollout == "" || rb.Rollout == change.Rollout || r.header.Get("Location") != base+"/rollouts/"+rb.Rollout {
+		t.Fatalf("rollback: %d %s (Location %q)", r.status, r.body, r.header.Get("Location"))
+	}
+	// The pool shows both what was saved last and what is applied.
+	var shown struct {
+		KubernetesVersion string `json:"kubernetes_version"`
+		LatestRevision    int    `json:"latest_revision"`
+		Applied           struct {
+			Number            int    `json:"number"`
+			KubernetesVersion string `json:"kubernetes_version"`
+		} `json:"applied"`
+	}
+	if r := s.do("GET", base+"/pools/workers", tn.viewer, nil, nil, &shown); r.status != 200 || shown.LatestRevision != 2 ||
+		shown.Applied.Number != 1 || shown.Applied.KubernetesVersion == "" || shown.Applied.KubernetesVersion == shown.KubernetesVersion {
+		t.Fatalf("after the rollback the pool shows %+v (%d %s)", shown, r.status, r.body)
 	}
 	if r := s.do("POST", base+"/pools/workers/revisions/9/apply", tn.operator, nil, nil, nil); r.status != 404 {
 		t.Fatalf("apply a missing revision: %d %s", r.status, r.body)

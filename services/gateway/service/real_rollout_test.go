@@ -20,7 +20,7 @@ func TestRolloutRoutesWithRolloutService(t *testing.T) {
 	tn := s.tenants()
 	base := "/api/v1/orgs/acme"
 	cluster := map[string]any{"name": "prod", "api_endpoint": "https://127.0.0.1:1", "kubernetes_version": "1.34.1",
-		"kubeconfig":      "apiVersion: v1\nkind: Config\nclusters:\n- name: prod\n  cluster: {server: 'https://127.0.0.1:1'}\nusers:\n- name: drain\n  user: {token: t0k3n}\n",
+		"kubeconfig":      "apiVersion: v1\nkind: Config\nclusters:\n- name: prod\n  cluster: {server: 'https://127.0.0.1:1'}\nusers:\n- name: drain\n  user: {token: t0k3n}\ncontexts:\n- name: prod\n  context: {cluster: prod, user: drain}\ncurrent-context: prod\n",
 		"bootstrap_token": "k8sabc.s3cr3tt0k3nv4lu3", "ca_cert_hash": "sha256:" + strings.Repeat("ab", 32)}
 	if r := s.do("POST", base+"/clusters", tn.admin, cluster, nil, nil); r.status != 201 {
 		t.Fatalf("cluster: %d %s", r.status, r.body)

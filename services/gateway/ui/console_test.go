@@ -30,7 +30,7 @@ func TestConsoleHandlers(t *testing.T) {
 	// a cluster (unreachable: nothing here drains) and a pool, for the forms
 	s.mustAPI(201, "POST", "/api/v1/orgs/acme/clusters", acme["admin"], map[string]any{"name": "prod", "api_endpoint": "https://127.0.0.1:1",
 		"kubernetes_version": "1.37.1", "ca_cert_hash": "sha256:" + strings.Repeat("ab", 32), "bootstrap_token": "abcdef.0123456789abcdef",
-		"kubeconfig": "apiVersion: v1\nkind: Config\nclusters:\n- name: prod\n  cluster: {server: 'https://127.0.0.1:1'}\nusers:\n- name: drain\n  user: {token: t0k3n}\n"}, nil)
+		"kubeconfig": "apiVersion: v1\nkind: Config\nclusters:\n- name: prod\n  cluster: {server: 'https://127.0.0.1:1'}\nusers:\n- name: drain\n  user: {token: t0k3n}\ncontexts:\n- name: prod\n  context: {cluster: prod, user: drain}\ncurrent-context: prod\n"}, nil)
 	s.eventually("pool workers is created", 10*time.Second, func() (bool, string) {
 		st, data := s.api("POST", "/api/v1/orgs/acme/pools", acme["admin"], map[string]any{"name": "workers", "cluster": "prod",
 			"display_name": `Workers <img src=x onerror=alert(1)>`, "kubernetes": map[string]any{"minor": "1.36"},
@@ -202,6 +202,26 @@ func TestConsoleHandlers(t *testing.T) {
 		p = viewer.post("/ui/orgs/acme/tokens", url.Values{"csrf": {pg.field("csrf")}, "name": {"sneaky"}, "role": {"admin"}}, nil)
 		if p.status != http.StatusForbidden {
 			t.Fatalf("a viewer issuing a token: %d", p.status)
+		}
+	})
+
+	t.Run("an enrollment token with a cap", func(t *testing.T) {
+		admin := s.client()
+		admin.signIn(acme["admin"])
+		pg := admin.get("/ui/orgs/acme/settings")
+		issue := func(max string) page {
+			return admin.post("/ui/orgs/acme/enrollment-tokens", url.Values{"csrf": {pg.field("csrf")}, "name": {"capped-" + max}, "max_machines": {max}}, nil)
+		}
+		if p := issue("5"); p.status != http.StatusCreated {
+			t.Fatalf("issue with a cap: %d\n%s", p.status, mainOf(p.body))
+		}
+		admin.get("/ui/orgs/acme/settings").mustContain(t, "capped-5", "0 of at most 5")
+		for _, bad := range []string{"lots", "-3"} {
+			p := issue(bad)
+			if p.status != http.StatusUnprocessableEntity {
+				t.Fatalf("max_machines %q: %d\n%s", bad, p.status, mainOf(p.body))
+			}
+			p.mustContain(t, "<code>max_machines</code>")
 		}
 	})
 

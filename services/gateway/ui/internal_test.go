@@ -174,7 +174,9 @@ func TestPoolFormRoundTrip(t *testing.T) {
 		NodeLabels: map[string]string{"a": "b", "c": "d"}, Taints: []rev.Taint{{Key: "gpu", Value: "yes", Effect: "NoSchedule"}, {Key: "x", Effect: "NoExecute"}},
 		KubeletExtraArgs: map[string]string{"max-pods": "200"}, SSHKeys: []string{"ssh-ed25519 AAAA a@b"},
 		Rollout: rev.Rollout{MaxUnavailable: "25%", Pause: "10s", DrainTimeout: "15m", DrainGracePeriod: &grace, NodeReadyTimeout: "10m",
-			MaintenanceWindows: []rev.MaintenanceWindow{{Days: []string{"sat"}, Start: "02:00", End: "05:00", TimeZone: "UTC"}}}}
+			MaintenanceWindows: []rev.MaintenanceWindow{{Days: []string{"sat"}, Start: "02:00", End: "05:00", TimeZone: "UTC"}},
+			Remediation:        &rev.Remediation{MaxInFlight: 2}},
+		AutoApplyPlatformRevisions: true}
 	f := formOfSpec("workers", "prod", spec)
 	values := map[string][]string{}
 	for k, v := range f {

@@ -16,7 +16,7 @@ import (
 var poolFormFields = []string{"name", "cluster", "display_name", "kubernetes.minor", "flatcar.channel", "flatcar.version",
 	"node_labels", "taints", "kubelet_extra_args", "ssh_keys", "cache_disk.device", "cache_disk.filesystem", "cache_disk.wipe",
 	"network", "rollout.max_unavailable", "rollout.pause", "rollout.drain_timeout", "rollout.drain_grace_period",
-	"rollout.node_ready_timeout", "rollout.maintenance_windows", "message"}
+	"rollout.node_ready_timeout", "rollout.maintenance_windows", "rollout.remediation.max_in_flight", "auto_apply_platform_revisions", "message"}
 
 // formErrors files the API's field errors under the form field that
 // causes them (the longest field name that is the error's path or a
@@ -81,6 +81,12 @@ func formOfSpec(name, cluster string, s rev.PoolSpec) poolForm {
 		b, _ := json.MarshalIndent(s.Rollout.MaintenanceWindows, "", "  ")
 		f["rollout.maintenance_windows"] = string(b)
 	}
+	if s.Rollout.Remediation != nil {
+		f["rollout.remediation.max_in_flight"] = strconv.Itoa(s.Rollout.Remediation.MaxInFlight)
+	}
+	if s.AutoApplyPlatformRevisions {
+		f["auto_apply_platform_revisions"] = "on"
+	}
 	return f
 }
 
@@ -141,6 +147,14 @@ func specOfForm(form url.Values) (rev.PoolSpec, poolForm, map[string]string) {
 			errs["network"] = "is not a network profile in JSON (" + err.Error() + "); see docs/pool-fields.md for bonds, vlans, bridges and interfaces"
 		}
 	}
+	if r := strings.TrimSpace(f["rollout.remediation.max_in_flight"]); r != "" {
+		if n, err := strconv.Atoi(r); err != nil {
+			errs["rollout.remediation.max_in_flight"] = "is not a whole number of machines (0 turns remediation off; empty leaves it to the rollout service)"
+		} else {
+			s.Rollout.Remediation = &rev.Remediation{MaxInFlight: n}
+		}
+	}
+	s.AutoApplyPlatformRevisions = f["auto_apply_platform_revisions"] == "on"
 	if mw := strings.TrimSpace(f["rollout.maintenance_windows"]); mw != "" {
 		dec := json.NewDecoder(strings.NewReader(mw))
 		dec.DisallowUnknownFields()

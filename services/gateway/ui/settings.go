@@ -3,6 +3,7 @@ package ui
 import (
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -78,6 +79,15 @@ func (c *Console) issue(w http.ResponseWriter, r *http.Request, v view, kind, wh
 	body := map[string]any{"name": strings.TrimSpace(r.PostFormValue("name"))}
 	if kind == "tokens" {
 		body["role"] = r.PostFormValue("role")
+	}
+	if max := strings.TrimSpace(r.PostFormValue("max_machines")); max != "" && kind == "enrollment-tokens" {
+		n, err := strconv.Atoi(max)
+		if err != nil {
+			c.renderSettings(w, r, v, http.StatusUnprocessableEntity, settingsData{Form: r.PostForm,
+				EnrollErrs: map[string]string{"max_machines": "must be a whole number of machines, or empty for no cap"}})
+			return
+		}
+		body["max_machines"] = n
 	}
 	if exp := atParam(r.PostFormValue("expires_at")); exp != "" {
 		t, err := time.Parse(time.RFC3339, exp)

@@ -49,7 +49,21 @@ func (h *Heartbeats) Record(ctx context.Context, org, uuid string, t time.Time) 
 // Watch calls fn for every stored heartbeat and then every new one, until
 // ctx ends, so every replica's read model knows when each machine was seen.
 func (h *Heartbeats) Watch(ctx context.Context, log *slog.Logger, fn func(org, uuid string, t time.Time)) error {
-	w, err := h.kv.WatchAll(ctx)
+	return watchMachines(ctx, h.kv, "heartbeat", log, func(org, uuid string, v []byte) bool {
+		t, err := time.Parse(time.RFC3339Nano, string(v))
+		if err != nil {
+			return false
+		}
+		fn(org, uuid, t)
+		return true
+	})
+}
+
+// watchMachines calls fn with every value of a bucket keyed <org>.<uuid>,
+// then with every new one, until ctx ends. fn reports whether the value was
+// well-formed; what is not is logged and skipped.
+func watchMachines(ctx context.Context, kv jetstream.KeyValue, what string, log *slog.Logger, fn func(org, uuid string, v []byte) bool) error {
+	w, err := kv.WatchAll(ctx)
 	if err != nil {
 		return err
 	}
@@ -60,18 +74,15 @@ func (h *Heartbeats) Watch(ctx context.Context, log *slog.Logger, fn func(org, u
 			return ctx.Err()
 		case e, ok := <-w.Updates():
 			if !ok {
-				return errors.New("heartbeat watch closed")
+				return errors.New(what + " watch closed")
 			}
 			if e == nil || e.Operation() != jetstream.KeyValuePut {
 				continue // nil marks the end of the initial values
 			}
 			org, uuid, ok := strings.Cut(e.Key(), ".")
-			t, err := time.Parse(time.RFC3339Nano, string(e.Value()))
-			if !ok || err != nil {
-				log.Warn("ignoring malformed heartbeat entry", "key", e.Key())
-				continue
+			if !ok || !fn(org, uuid, e.Value()) {
+				log.Warn("ignoring malformed "+what+" entry", "key", e.Key())
 			}
-			fn(org, uuid, t)
 		}
 	}
 }

@@ -57,6 +57,9 @@ type MachineReply struct {
 	Machine Machine  `json:"machine"`
 	Version uint64   `json:"version"`          // stream sequence of its last event
 	Events  []string `json:"events,omitempty"` // types of the events the command appended
+	// Deleted: the command removed the machine; Machine is the machine as
+	// it last was, with its last status, and Version the deletion's.
+	Deleted bool `json:"deleted,omitempty"`
 }
 
 // Machine is the machine as the API shows it.
@@ -164,6 +167,9 @@ type TokenIssue struct {
 	Name      string     `json:"name,omitempty"`
 	Role      org.Role   `json:"role,omitempty"`
 	ExpiresAt time.Time  `json:"expires_at,omitzero"`
+	// MaxMachines caps how many machines an enrollment token may register
+	// (0: no cap); API tokens have none.
+	MaxMachines int `json:"max_machines,omitempty"`
 }
 
 // TokenIssued holds the plaintext token: shown once, never stored.

@@ -11,6 +11,7 @@ import (
 	"github.com/anvil-fleet/anvil/libs/events"
 	"github.com/anvil-fleet/anvil/libs/events/errs"
 	"github.com/anvil-fleet/anvil/services/registry/adapters"
+	"github.com/anvil-fleet/anvil/services/registry/domain/enrollment"
 	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
 	"github.com/anvil-fleet/anvil/services/registry/domain/org"
 	"github.com/anvil-fleet/anvil/services/registry/readmodel"
@@ -33,6 +34,31 @@ type Heartbeats interface {
 	Record(ctx context.Context, org, uuid string, t time.Time) error
 }
 
+// IPXEBoots stores each machine's latest iPXE boot outside the log, as
+// Heartbeats stores its last heartbeat (see machine.IPXEBootDue).
+type IPXEBoots interface {
+	Record(ctx context.Context, org, uuid string, at, retryBy time.Time) error
+}
+
+// Enrollment keeps, per enrollment token, how many machines it registered
+// and its rate limiter's bucket. seed counts a token's machines when
+// nothing is stored for it yet.
+type Enrollment interface {
+	// Admit counts one new registration, or refuses it with a
+	// *enrollment.CapReached or *enrollment.RateLimited.
+	Admit(ctx context.Context, org, tokenID string, l enrollment.Limits, now time.Time, seed func() int) error
+	// Release gives back an admission whose registration did not happen.
+	Release(ctx context.Context, org, tokenID string, l enrollment.Limits, now time.Time) error
+	// Count counts a registration that happened without an admission.
+	Count(ctx context.Context, org, tokenID string, seed func() int) error
+	Registered(ctx context.Context, org, tokenID string, seed func() int) (int, error)
+}
+
+// Versions reads an aggregate's version without reading its events.
+type Versions interface {
+	Version(ctx context.Context, ref events.AggregateRef) (uint64, error)
+}
+
 // App is the registry's application layer.
 type App struct {
 	Store    events.Store
@@ -46,6 +72,22 @@ type App struct {
 	Rand         io.Reader // token secrets
 	// OfflineAfter is the heartbeat silence after which a machine goes offline.
 	OfflineAfter time.Duration
+
+	// IPXEBoots keeps each machine's latest iPXE boot, and IPXERecordEvery
+	// is how often a boot that changes nothing is recorded in the log
+	// (machine.IPXEBootDue). Without IPXEBoots every boot is recorded.
+	IPXEBoots       IPXEBoots
+	IPXERecordEvery time.Duration
+	// Enrollment enforces each enrollment token's max_machines and the
+	// registration rate EnrollmentRate (per second, <= 0: none) with
+	// EnrollmentBurst at once; nil: no limits.
+	Enrollment      Enrollment
+	EnrollmentRate  float64
+	EnrollmentBurst int
+	// Versions, when set, confirms a decision made on the read model's copy
+	// that appends nothing (a no-op or a refusal) with one direct read of
+	// the aggregate's version, instead of reading all its events.
+	Versions Versions
 }
 
 const (
@@ -64,8 +106,13 @@ const (
 // only as far as the optimistic append confirms it: a stale copy costs a
 // conflict, and any refusal or no-op decided on it is decided again on the
 // log.
+//
+// versionOf, when not nil, reads the aggregate's version from the log
+// without its events: a refusal or a no-op decided on a cached copy at that
+// very version stands without reading the log.
 func decideAndAppend[S any](ctx context.Context, store events.Store, ref events.AggregateRef, expected uint64,
-	cached func() (S, uint64), fold func(envs []events.Envelope) (S, error), decide func(S) ([]any, error), evolve func(S, []any) S) (S, []events.Envelope, uint64, error) {
+	cached func() (S, uint64), fold func(envs []events.Envelope) (S, error), decide func(S) ([]any, error), evolve func(S, []any) S,
+	versionOf func(context.Context, events.AggregateRef) (uint64, error)) (S, []events.Envelope, uint64, error) {
 	var zero S
 	for attempt := 0; ; attempt++ {
 		var state S
@@ -91,7 +138,13 @@ func decideAndAppend[S any](ctx context.Context, store events.Store, ref events.
 		evs, err := decide(state)
 		if (err != nil || len(evs) == 0) && attempt == 0 && cached != nil {
 			// Only an append checks that the cached copy was current; a
-			// refusal or a no-op decided on it must be decided again on the log.
+			// refusal or a no-op decided on it must be decided again on the
+			// log, unless the log's version says that the copy is current.
+			if versionOf != nil {
+				if v, verr := versionOf(ctx, ref); verr == nil && v == version {
+					return state, nil, version, err
+				}
+			}
 			continue
 		}
 		if err != nil || len(evs) == 0 {

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/anvil-fleet/anvil/libs/events"
@@ -15,6 +16,7 @@ import (
 // events at once.
 func (a *App) MachineCommand(ctx context.Context, orgID, uuidIn string, expected uint64, cmds ...machine.Command) (api.MachineReply, error) {
 	now := a.Now()
+	cmds = a.withSettings(cmds)
 	uuid, err := a.machineRef(orgID, uuidIn)
 	if err != nil {
 		return api.MachineReply{}, withCommandFields(err, cmds, now)
@@ -27,7 +29,15 @@ func (a *App) MachineCommand(ctx context.Context, orgID, uuidIn string, expected
 		}
 		return m.State.Clone(), m.Version
 	}
+	var versionOf func(context.Context, events.AggregateRef) (uint64, error)
+	if a.Versions != nil {
+		versionOf = a.Versions.Version
+	}
+	// last is the machine as it last existed in the decision that stood:
+	// what a deletion answers with.
+	var last machine.State
 	state, stored, version, err := decideAndAppend(ctx, a.Store, ref, expected, cached, foldMachine, func(s machine.State) ([]any, error) {
+		last = s
 		var all []any
 		for _, cmd := range cmds {
 			evs, err := machine.Decide(s, cmd, now)
@@ -35,15 +45,71 @@ func (a *App) MachineCommand(ctx context.Context, orgID, uuidIn string, expected
 				return nil, err
 			}
 			s = evolveMachine(s, evs)
+			if s.Exists() {
+				last = s
+			}
 			all = append(all, evs...)
 		}
 		return all, nil
-	}, evolveMachine)
+	}, evolveMachine, versionOf)
 	if err != nil {
 		return api.MachineReply{}, err
 	}
-	return api.MachineReply{Machine: api.Machine{Org: orgID, State: state}, Version: version, Events: types(stored)}, nil
+	reply := api.MachineReply{Machine: api.Machine{Org: orgID, State: state}, Version: version, Events: types(stored)}
+	if !state.Exists() && last.Exists() && len(stored) > 0 {
+		reply.Machine.State, reply.Deleted = last, true
+	}
+	if err := a.keepIPXEBoots(ctx, orgID, uuid, cmds, &reply); err != nil {
+		return api.MachineReply{}, err
+	}
+	return reply, nil
 }
+
+// withSettings gives commands the registry's settings: how often an iPXE
+// boot that changes nothing is recorded (only when boots are kept outside
+// the log too; otherwise each is recorded).
+func (a *App) withSettings(cmds []machine.Command) []machine.Command {
+	out := make([]machine.Command, len(cmds))
+	for i, c := range cmds {
+		if b, ok := c.(machine.RecordIPXEBoot); ok && a.IPXEBoots != nil {
+			b.RecordEvery = a.IPXERecordEvery
+			c = b
+		}
+		out[i] = c
+	}
+	return out
+}
+
+// keepIPXEBoots stores the machine's latest iPXE boot outside the log, so
+// that every replica shows it whether the log records it or not, and
+// shows it in the reply.
+func (a *App) keepIPXEBoots(ctx context.Context, orgID, uuid string, cmds []machine.Command, reply *api.MachineReply) error {
+	if a.IPXEBoots == nil || reply.Deleted || !reply.Machine.Exists() {
+		return nil
+	}
+	for _, c := range cmds {
+		b, ok := c.(machine.RecordIPXEBoot)
+		if !ok {
+			continue
+		}
+		at := b.At.UTC()
+		var retryBy time.Time
+		if b.RetryIn > 0 {
+			retryBy = at.Add(b.RetryIn)
+		}
+		if err := a.IPXEBoots.Record(ctx, orgID, uuid, at, retryBy); err != nil {
+			if slices.Contains(reply.Events, ipxeBooted) {
+				continue // the log has it
+			}
+			return errs.Unavailable("keeping the iPXE boot of machine %s: %v", uuid, err)
+		}
+		a.Machines.Model().SetIPXEBoot(orgID, uuid, at, retryBy)
+		reply.Machine.State = reply.Machine.State.WithIPXEBoot(at, retryBy)
+	}
+	return nil
+}
+
+var ipxeBooted = machine.IPXEBooted{}.EventType()
 
 // withCommandFields adds the commands' own field errors to a validation
 // error about the org or UUID, so the caller learns about every field at once.

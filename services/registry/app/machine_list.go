@@ -31,7 +31,7 @@ func (a *App) ListMachines(ctx context.Context, r api.MachineList) (api.MachineP
 }
 
 func view(m readmodel.Machine) api.Machine {
-	return api.Machine{Org: m.Org, State: m.State, CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt, LastSeen: m.LastSeen}
+	return api.Machine{Org: m.Org, State: m.Shown(), CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt, LastSeen: m.LastSeen}
 }
 
 // ListMachinesJSON is ListMachines answered with the read model's encoded

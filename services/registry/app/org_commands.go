@@ -25,7 +25,7 @@ func (a *App) orgCommand(ctx context.Context, orgID string, expected uint64, cmd
 				s.Apply(e)
 			}
 			return s
-		})
+		}, nil)
 }
 
 // CreateOrg creates an organization; creating an existing one is a conflict.

@@ -19,12 +19,15 @@ func (a *App) IssueToken(ctx context.Context, r api.TokenIssue) (api.TokenIssued
 	var cmd org.Command
 	switch r.Kind {
 	case token.KindAPI:
+		if r.MaxMachines != 0 {
+			return api.TokenIssued{}, errs.Invalid("max_machines", "only enrollment tokens register machines")
+		}
 		cmd = org.IssueAPIToken{TokenID: id, Hash: hash, Name: r.Name, Role: r.Role, ExpiresAt: r.ExpiresAt}
 	default:
 		if r.Role != "" {
 			return api.TokenIssued{}, errs.Invalid("role", "only API tokens have a role")
 		}
-		cmd = org.IssueEnrollmentToken{TokenID: id, Hash: hash, Name: r.Name, ExpiresAt: r.ExpiresAt}
+		cmd = org.IssueEnrollmentToken{TokenID: id, Hash: hash, Name: r.Name, ExpiresAt: r.ExpiresAt, MaxMachines: r.MaxMachines}
 	}
 	s, _, _, err := a.orgCommand(ctx, r.Org, 0, cmd)
 	if err != nil {
@@ -32,14 +35,14 @@ func (a *App) IssueToken(ctx context.Context, r api.TokenIssue) (api.TokenIssued
 	}
 	for _, info := range s.ListTokens(r.Kind, a.Now()) {
 		if info.ID == id {
-			return api.TokenIssued{Token: plaintext, Info: info}, nil
+			return api.TokenIssued{Token: plaintext, Info: a.withUsage(ctx, r.Org, info)}, nil
 		}
 	}
 	return api.TokenIssued{}, errs.Internal("issued token %s is missing from its organization", id)
 }
 
 // ListTokens lists an organization's tokens without hashes.
-func (a *App) ListTokens(_ context.Context, r api.TokenListReq) (api.TokenList, error) {
+func (a *App) ListTokens(ctx context.Context, r api.TokenListReq) (api.TokenList, error) {
 	v, err := a.Orgs.Get(r.Org)
 	if err != nil {
 		return api.TokenList{}, err
@@ -49,6 +52,9 @@ func (a *App) ListTokens(_ context.Context, r api.TokenListReq) (api.TokenList, 
 		if r.Kind == "" || r.Kind == k {
 			out.Items = append(out.Items, v.State.ListTokens(k, a.Now())...)
 		}
+	}
+	for i := range out.Items {
+		out.Items[i] = a.withUsage(ctx, r.Org, out.Items[i])
 	}
 	return out, nil
 }
@@ -65,7 +71,7 @@ func (a *App) RevokeToken(ctx context.Context, r api.TokenRevoke) (org.TokenInfo
 	stored, _ := s.Token(r.TokenID)
 	for _, info := range s.ListTokens(stored.Kind, a.Now()) {
 		if info.ID == r.TokenID {
-			return info, nil
+			return a.withUsage(ctx, r.Org, info), nil
 		}
 	}
 	return org.TokenInfo{}, errs.NotFound("token %q does not exist", r.TokenID)
@@ -95,4 +101,16 @@ func (a *App) VerifyToken(_ context.Context, r api.TokenVerify) (api.Principal, 
 	}
 	t := v.State.Tokens[id]
 	return api.Principal{Org: v.State.ID, TokenID: id, Name: t.Name, Kind: kind, Role: t.Role}, nil
+}
+
+// withUsage adds how many machines an enrollment token has registered
+// (left out when it cannot be read).
+func (a *App) withUsage(ctx context.Context, orgID string, info org.TokenInfo) org.TokenInfo {
+	if info.Kind != token.KindEnrollment || a.Enrollment == nil {
+		return info
+	}
+	if n, err := a.Enrollment.Registered(ctx, orgID, info.ID, a.registeredWith(orgID, info.ID)); err == nil {
+		info.RegisteredMachines = &n
+	}
+	return info
 }

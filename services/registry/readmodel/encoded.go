@@ -17,7 +17,8 @@ import (
 //
 // A record's encoding is made on the first read after the machine changed
 // (never while projecting, so replays and rebuilds do not pay for it) and
-// dropped by every event that changes the machine. It leaves out
+// dropped by every event that changes the machine (and by a boot that
+// changes its last_ipxe_boot_at, see SetIPXEBoot). It leaves out
 // last_seen, the last field of api.Machine, which heartbeats change far
 // more often than events do; it is appended on each read.
 
@@ -28,7 +29,7 @@ func (r *record) encoded(org string) []byte {
 	if p := r.enc.Load(); p != nil {
 		return *p
 	}
-	b, err := json.Marshal(api.Machine{Org: org, State: r.state, CreatedAt: r.created, UpdatedAt: r.updated})
+	b, err := json.Marshal(api.Machine{Org: org, State: r.shown(), CreatedAt: r.created, UpdatedAt: r.updated})
 	if err != nil || len(b) < 2 || b[len(b)-1] != '}' {
 		// a State always encodes; keep the answer well-formed regardless
 		b = append(append([]byte(`{"org":`), strconv.Quote(org)...), '}')

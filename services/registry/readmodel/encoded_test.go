@@ -14,7 +14,7 @@ import (
 // apiView is what the registry answered before the read model kept
 // encodings: its machines converted to api.Machine.
 func apiView(m Machine) api.Machine {
-	return api.Machine{Org: m.Org, State: m.State, CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt, LastSeen: m.LastSeen}
+	return api.Machine{Org: m.Org, State: m.Shown(), CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt, LastSeen: m.LastSeen}
 }
 
 // wantPage is json.Marshal of the page List returns, as api.MachinePage.
@@ -122,6 +122,8 @@ func TestEncodedAnswersMatchTheStructs(t *testing.T) {
 	}
 	m.SetLastSeen(e.org, id, base.Add(48*time.Hour))
 	check("after a heartbeat")
+	m.SetIPXEBoot(e.org, id, base.Add(72*time.Hour), base.Add(72*time.Hour+5*time.Minute))
+	check("after an iPXE boot that the log does not hold")
 
 	if _, err := m.GetJSON(e.org, uuidFor("nobody", 1)); !errs.Is(err, errs.KindNotFound) {
 		t.Fatalf("missing machine: %v", err)
@@ -188,5 +190,52 @@ func TestAppendEncoded(t *testing.T) {
 	}
 	if got, err := m.AppendGetJSON([]byte("x"), e.org, "nope"); err == nil || string(got) != "x" {
 		t.Fatalf("AppendGetJSON refused: %s %v", got, err)
+	}
+}
+
+// An iPXE boot that the log does not hold (machine.IPXEBootDue) shows in
+// every answer, but commands decide on the fold of the events, and the
+// hash, which proves rebuilds equal, ignores it.
+func TestUnrecordedIPXEBootsShowButAreNotState(t *testing.T) {
+	m, evs := twoOrgs(t)
+	e := evs[len(evs)-1]
+	id := uuidFor(e.org, 5)
+	before, _ := m.Get(e.org, id)
+	hash := m.Hash()
+	at, retryBy := base.Add(96*time.Hour), base.Add(96*time.Hour+4*time.Minute)
+	m.SetIPXEBoot(e.org, id, at, retryBy)
+	m.SetIPXEBoot(e.org, id, at.Add(-time.Hour), base) // older: ignored
+	got, _ := m.Get(e.org, id)
+	if !got.State.LastIPXEBootAt.Equal(before.State.LastIPXEBootAt) || !got.Boot.At.Equal(at) {
+		t.Fatalf("the state must stay the fold of the events: %v, boot %+v", got.State.LastIPXEBootAt, got.Boot)
+	}
+	if s := got.Shown(); !s.LastIPXEBootAt.Equal(at) || !s.IPXERetryBy.Equal(retryBy) {
+		t.Fatalf("shown: %v %v", s.LastIPXEBootAt, s.IPXERetryBy)
+	}
+	var reply api.MachineReply
+	raw, _ := m.GetJSON(e.org, id)
+	if err := json.Unmarshal(raw, &reply); err != nil || !reply.Machine.LastIPXEBootAt.Equal(at) || !reply.Machine.IPXERetryBy.Equal(retryBy) {
+		t.Fatalf("get answers %s (%v)", raw, err)
+	}
+	if m.Hash() != hash {
+		t.Fatal("an unrecorded boot changed the hash")
+	}
+	// a snapshot keeps it
+	snap, err := m.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := New()
+	if err := r.Restore(snap); err != nil {
+		t.Fatal(err)
+	}
+	if x, _ := r.Get(e.org, id); !x.Boot.At.Equal(at) || !x.Boot.RetryBy.Equal(retryBy) {
+		t.Fatalf("restored boot %+v", x.Boot)
+	}
+	// a recorded boot later than it shows as the log has it
+	seq := m.Checkpoint() + 1
+	m.Apply(seq, e.org, id, at, machine.IPXEBooted{At: at.Add(time.Minute)})
+	if x, _ := m.Get(e.org, id); !x.Shown().LastIPXEBootAt.Equal(at.Add(time.Minute)) || !x.Shown().IPXERetryBy.Equal(x.State.IPXERetryBy) {
+		t.Fatalf("after a recorded boot: %+v", x.Shown())
 	}
 }

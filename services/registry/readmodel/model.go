@@ -36,10 +36,25 @@ type Machine struct {
 	// LastSeen is the agent's last heartbeat, set by SetLastSeen. It is not
 	// derived from events, so Hash ignores it.
 	LastSeen time.Time `json:"last_seen,omitzero"`
+	// Boot is the machine's latest iPXE boot as reported (SetIPXEBoot),
+	// which may be later than the last one recorded in the log
+	// (State.LastIPXEBootAt; see machine.IPXEBootDue). It is not derived
+	// from events, so Hash ignores it; Shown merges it into the state.
+	Boot IPXEBoot `json:"-"`
 	// Version is the stream sequence of the machine's last event: its
 	// optimistic-concurrency version and ETag.
 	Version uint64 `json:"version"`
 }
+
+// IPXEBoot is an iPXE boot: when, and when the firmware said it would ask
+// again (zero: it was not told to wait).
+type IPXEBoot struct {
+	At, RetryBy time.Time
+}
+
+// Shown is the machine's state as the API shows it: its events' fold with
+// its latest iPXE boot. Commands decide on State, the fold alone.
+func (m Machine) Shown() machine.State { return m.State.WithIPXEBoot(m.Boot.At, m.Boot.RetryBy) }
 
 // key is a UUID's 16 bytes; its byte order is the canonical string order.
 type key [16]byte
@@ -71,7 +86,8 @@ type record struct {
 	created  time.Time
 	updated  time.Time
 	lastSeen time.Time
-	version  uint64 // stream sequence of the machine's last event
+	boot     IPXEBoot // the latest iPXE boot reported, recorded or not
+	version  uint64   // stream sequence of the machine's last event
 	// enc is the machine's JSON without last_seen (see encoded.go): nil
 	// until it is read, and again after each change.
 	enc atomic.Pointer[[]byte]
@@ -84,8 +100,11 @@ func (m Machine) Clone() Machine {
 }
 
 func (r *record) view(org string) Machine {
-	return Machine{Org: org, State: r.state, CreatedAt: r.created, UpdatedAt: r.updated, LastSeen: r.lastSeen, Version: r.version}
+	return Machine{Org: org, State: r.state, CreatedAt: r.created, UpdatedAt: r.updated, LastSeen: r.lastSeen, Boot: r.boot, Version: r.version}
 }
+
+// shown is the state the API shows (see Machine.Shown).
+func (r *record) shown() machine.State { return r.state.WithIPXEBoot(r.boot.At, r.boot.RetryBy) }
 
 func less(a, b *record) bool {
 	ah, bh := binary.BigEndian.Uint64(a.key[:8]), binary.BigEndian.Uint64(b.key[:8])
@@ -279,6 +298,50 @@ func (m *Model) SetLastSeen(org, machineUUID string, t time.Time) {
 			r.lastSeen = t.UTC()
 		}
 	}
+}
+
+// SetIPXEBoot records a machine's latest iPXE boot, which the log may not
+// hold (see machine.IPXEBootDue). Like SetLastSeen it is not an event and
+// is not hashed; an older boot than the one recorded is ignored.
+func (m *Model) SetIPXEBoot(org, machineUUID string, at, retryBy time.Time) {
+	id, err := machine.ParseUUID(machineUUID)
+	if err != nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if o := m.orgs[org]; o != nil {
+		if r := o.byKey[keyOf(id)]; r != nil && at.After(r.boot.At) {
+			before := r.shown()
+			r.boot = IPXEBoot{At: at.UTC(), RetryBy: utc(retryBy)}
+			if after := r.shown(); !after.LastIPXEBootAt.Equal(before.LastIPXEBootAt) || !after.IPXERetryBy.Equal(before.IPXERetryBy) {
+				r.invalidate() // its encoding shows the boot
+			}
+		}
+	}
+}
+
+func utc(t time.Time) time.Time {
+	if t.IsZero() {
+		return t
+	}
+	return t.UTC()
+}
+
+// CountRegisteredWith counts org's machines that registered with the
+// enrollment token tokenID.
+func (m *Model) CountRegisteredWith(org, tokenID string) int {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	n := 0
+	if o := m.orgs[org]; o != nil {
+		for _, r := range o.byKey {
+			if r.state.EnrollmentTokenID == tokenID {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // Get returns one machine of org.

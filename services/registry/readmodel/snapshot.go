@@ -26,6 +26,8 @@ type snapshotRecord struct {
 	UpdatedAt time.Time     `json:"updated_at"`
 	Version   uint64        `json:"version"`
 	LastSeen  time.Time     `json:"last_seen,omitzero"`
+	BootAt    time.Time     `json:"ipxe_boot_at,omitzero"`
+	RetryBy   time.Time     `json:"ipxe_retry_by,omitzero"`
 }
 
 // copyAll copies every record under the read lock, organizations in name
@@ -46,7 +48,8 @@ func (m *Model) copyAll() (uint64, []snapshotRecord) {
 	out := make([]snapshotRecord, 0, n)
 	for _, org := range orgs {
 		m.orgs[org].all.Ascend(func(r *record) bool {
-			out = append(out, snapshotRecord{Org: org, State: r.state, CreatedAt: r.created, UpdatedAt: r.updated, LastSeen: r.lastSeen, Version: r.version})
+			out = append(out, snapshotRecord{Org: org, State: r.state, CreatedAt: r.created, UpdatedAt: r.updated, LastSeen: r.lastSeen,
+				BootAt: r.boot.At, RetryBy: r.boot.RetryBy, Version: r.version})
 			return true
 		})
 	}
@@ -94,6 +97,7 @@ func (m *Model) Restore(blob []byte) error {
 		if !sr.LastSeen.IsZero() {
 			r.lastSeen = sr.LastSeen.UTC()
 		}
+		r.boot = IPXEBoot{At: utc(sr.BootAt), RetryBy: utc(sr.RetryBy)}
 		strs.all(&r.state)
 		o.insert(r)
 	}
@@ -113,7 +117,7 @@ type hashed struct {
 }
 
 // Hash is a digest of the checkpoint and every machine, excluding
-// heartbeat times, for checking that two builds (a replay from zero, a
+// heartbeat times and unrecorded iPXE boots, for checking that two builds (a replay from zero, a
 // restore, a replica) reached the same state.
 func (m *Model) Hash() [32]byte {
 	cp, recs := m.copyAll()

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/anvil-fleet/anvil/libs/events"
@@ -29,7 +30,25 @@ type Config struct {
 	OfflineAfter  time.Duration // --offline-after / ANVIL_REGISTRY_OFFLINE_AFTER
 	SweepInterval time.Duration // --offline-sweep-interval / ANVIL_REGISTRY_OFFLINE_SWEEP_INTERVAL
 	Instance      string        // --instance / ANVIL_INSTANCE (defaults to a random ID)
+	// IPXERecordInterval: an iPXE boot that changes nothing is recorded
+	// in the log at most once per interval (0: the default; negative:
+	// every boot). --ipxe-record-interval / ANVIL_REGISTRY_IPXE_RECORD_INTERVAL
+	IPXERecordInterval time.Duration
+	// EnrollmentRate is how many machines one enrollment token may
+	// register per second (0: the default; negative: no limit), and
+	// EnrollmentBurst how many at once (0: the default).
+	// --enrollment-rate / ANVIL_REGISTRY_ENROLLMENT_RATE,
+	// --enrollment-burst / ANVIL_REGISTRY_ENROLLMENT_BURST
+	EnrollmentRate  float64
+	EnrollmentBurst int
 }
+
+// Defaults of the settings that a zero Config leaves unset.
+const (
+	DefaultIPXERecordInterval = time.Hour
+	DefaultEnrollmentRate     = 10.0
+	DefaultEnrollmentBurst    = 100
+)
 
 // RegisterFlags binds the service's flags, each with an environment default.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
@@ -40,6 +59,13 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"how often silent machines are looked for (env ANVIL_REGISTRY_OFFLINE_SWEEP_INTERVAL)")
 	fs.StringVar(&c.Instance, "instance", svc.Env("ANVIL_INSTANCE", ""),
 		"this replica's name, for its projection consumers; defaults to a random ID (env ANVIL_INSTANCE)")
+	fs.DurationVar(&c.IPXERecordInterval, "ipxe-record-interval", envDuration("ANVIL_REGISTRY_IPXE_RECORD_INTERVAL", DefaultIPXERecordInterval),
+		"an iPXE boot that changes nothing (a machine waiting in its boot loop) is recorded in the event log at most once per interval; "+
+			"its time is kept in the KV bucket anvil_ipxe_boots meanwhile; negative: record every boot (env ANVIL_REGISTRY_IPXE_RECORD_INTERVAL)")
+	fs.Float64Var(&c.EnrollmentRate, "enrollment-rate", envFloat("ANVIL_REGISTRY_ENROLLMENT_RATE", DefaultEnrollmentRate),
+		"machines one enrollment token may register per second (a token bucket); negative: no limit (env ANVIL_REGISTRY_ENROLLMENT_RATE)")
+	fs.IntVar(&c.EnrollmentBurst, "enrollment-burst", int(envFloat("ANVIL_REGISTRY_ENROLLMENT_BURST", DefaultEnrollmentBurst)),
+		"machines one enrollment token may register at once before --enrollment-rate applies (env ANVIL_REGISTRY_ENROLLMENT_BURST)")
 }
 
 func envDuration(name string, def time.Duration) time.Duration {
@@ -48,6 +74,14 @@ func envDuration(name string, def time.Duration) time.Duration {
 		return def
 	}
 	return d
+}
+
+func envFloat(name string, def float64) float64 {
+	f, err := strconv.ParseFloat(svc.Env(name, strconv.FormatFloat(def, 'g', -1, 64)), 64)
+	if err != nil {
+		return def
+	}
+	return f
 }
 
 // Service is a running registry, for tests and the dev stack.
@@ -74,6 +108,18 @@ func Start(ctx context.Context, cfg Config, o svc.Options, ready chan<- *Service
 	if cfg.Instance == "" {
 		cfg.Instance = randomID()
 	}
+	switch {
+	case cfg.IPXERecordInterval == 0:
+		cfg.IPXERecordInterval = DefaultIPXERecordInterval
+	case cfg.IPXERecordInterval < 0:
+		cfg.IPXERecordInterval = 0 // every boot
+	}
+	if cfg.EnrollmentRate == 0 {
+		cfg.EnrollmentRate = DefaultEnrollmentRate
+	}
+	if cfg.EnrollmentBurst <= 0 {
+		cfg.EnrollmentBurst = DefaultEnrollmentBurst
+	}
 	rt, err := svc.Start(ctx, cfg.Config, app.Registry(), o)
 	if err != nil {
 		return err
@@ -84,8 +130,22 @@ func Start(ctx context.Context, cfg Config, o svc.Options, ready chan<- *Service
 	if err != nil {
 		return err
 	}
+	boots, err := adapters.NewIPXEBoots(ctx, rt.JS, cfg.StreamReplicas)
+	if err != nil {
+		return err
+	}
+	enroll, err := adapters.NewEnrollment(ctx, rt.JS, cfg.StreamReplicas)
+	if err != nil {
+		return err
+	}
+	versions, err := adapters.NewVersions(ctx, rt.JS)
+	if err != nil {
+		return err
+	}
 	machines, orgs := adapters.NewMachineProjection(), adapters.NewOrgProjection()
-	a := &app.App{Store: rt.Store, Machines: machines, Orgs: orgs, Heartbeats: hb, Now: time.Now, Rand: rand.Reader, OfflineAfter: cfg.OfflineAfter}
+	a := &app.App{Store: rt.Store, Machines: machines, Orgs: orgs, Heartbeats: hb, Now: time.Now, Rand: rand.Reader, OfflineAfter: cfg.OfflineAfter,
+		IPXEBoots: boots, IPXERecordEvery: cfg.IPXERecordInterval, Versions: versions,
+		Enrollment: enroll, EnrollmentRate: cfg.EnrollmentRate, EnrollmentBurst: cfg.EnrollmentBurst}
 	s := &Service{
 		App: a,
 		Machines: projection.NewRunner(projection.Config{Name: "registry-machines", Instance: cfg.Instance,
@@ -106,21 +166,27 @@ func Start(ctx context.Context, cfg Config, o svc.Options, ready chan<- *Service
 			return nil
 		})
 	}
-	go func() {
-		errc <- hb.Watch(ctx, rt.Log, func(org, uuid string, t time.Time) { machines.Model().SetLastSeen(org, uuid, t) })
-	}()
 	for _, r := range []*projection.Runner{s.Machines, s.Orgs} {
 		if err := r.WaitLive(ctx); err != nil {
 			return err
 		}
 	}
+	// The watches start once the machines are known: a value for a
+	// machine the read model does not hold yet would be dropped.
+	go func() {
+		errc <- hb.Watch(ctx, rt.Log, func(org, uuid string, t time.Time) { machines.Model().SetLastSeen(org, uuid, t) })
+	}()
+	go func() {
+		errc <- boots.Watch(ctx, rt.Log, func(org, uuid string, at, retryBy time.Time) { machines.Model().SetIPXEBoot(org, uuid, at, retryBy) })
+	}()
 
 	srv := command.NewServer(rt.Conn, api.QueueGroup, 128, rt.Log)
 	if err := ports.Register(srv, a); err != nil {
 		return err
 	}
 	defer srv.Close()
-	rt.Log.Info("started", "instance", cfg.Instance, "offline_after", cfg.OfflineAfter)
+	rt.Log.Info("started", "instance", cfg.Instance, "offline_after", cfg.OfflineAfter, "ipxe_record_interval", cfg.IPXERecordInterval,
+		"enrollment_rate", cfg.EnrollmentRate, "enrollment_burst", cfg.EnrollmentBurst)
 	if ready != nil {
 		ready <- s
 	}

@@ -30,7 +30,13 @@ type fixture struct {
 
 func start(t testing.TB, cfg service.Config) *fixture {
 	t.Helper()
-	env := eventstest.Start(t, app.Registry())
+	return startOn(t, eventstest.Start(t, app.Registry()), cfg)
+}
+
+// startOn starts a registry on env's server: a second one is another
+// replica.
+func startOn(t testing.TB, env *eventstest.Env, cfg service.Config) *fixture {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan *service.Service, 1)
 	done := make(chan error, 1)

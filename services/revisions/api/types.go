@@ -298,6 +298,16 @@ type Rollout struct {
 	DrainGracePeriod   *string             `json:"drain_grace_period,omitempty"`
 	NodeReadyTimeout   string              `json:"node_ready_timeout,omitempty"`
 	MaintenanceWindows []MaintenanceWindow `json:"maintenance_windows,omitempty"`
+	// Remediation: absent leaves it to the rollout service's default
+	// (--remediation-max-in-flight).
+	Remediation *Remediation `json:"remediation,omitempty"`
+}
+
+// Remediation gives a machine that booted but never came back (wait_boot
+// or wait_ready timed out) one more reboot into the revision, at most
+// MaxInFlight machines of a rollout at a time; 0 turns it off.
+type Remediation struct {
+	MaxInFlight int `json:"max_in_flight"`
 }
 
 // MaintenanceWindow is a recurring wall-clock window in an IANA zone.
@@ -367,6 +377,12 @@ type PoolSpec struct {
 	KubeletExtraArgs map[string]string `json:"kubelet_extra_args,omitempty"`
 	SSHKeys          []string          `json:"ssh_keys,omitempty"`
 	Rollout          Rollout           `json:"rollout"`
+	// AutoApplyPlatformRevisions: a platform-made revision (a Kubernetes
+	// patch release the platform adds) is also requested for rollout, by
+	// "platform", as soon as it is made; the rollout waits for the pool's
+	// maintenance windows. It needs no reboot and makes no revision.
+	// Default false: platform revisions wait to be applied.
+	AutoApplyPlatformRevisions bool `json:"auto_apply_platform_revisions"`
 }
 
 // Config returns the spec's reboot-relevant part.
@@ -383,6 +399,13 @@ func SpecOf(displayName string, c PoolConfig, r Rollout) PoolSpec {
 		DisplayName: displayName, Kubernetes: c.Kubernetes, Flatcar: c.Flatcar, Network: c.Network, CacheDisk: c.CacheDisk,
 		NodeLabels: c.NodeLabels, Taints: c.Taints, KubeletExtraArgs: c.KubeletExtraArgs, SSHKeys: c.SSHKeys, Rollout: r,
 	}
+}
+
+// AppliedRevision is the revision last applied to a pool, in short.
+type AppliedRevision struct {
+	Number            int     `json:"number"`
+	KubernetesVersion string  `json:"kubernetes_version"`
+	Flatcar           Flatcar `json:"flatcar"`
 }
 
 // RevisionSummary is one revision in a pool's history.
@@ -414,32 +437,40 @@ type Revision struct {
 // Pool is a machine pool: its current spec (the latest revision's config),
 // its revisions and which one was last applied.
 type Pool struct {
-	Org               string            `json:"org"`
-	Name              string            `json:"name"`
-	Cluster           string            `json:"cluster"`
-	Spec              PoolSpec          `json:"spec"`
-	KubernetesVersion string            `json:"kubernetes_version"`
-	LatestRevision    int               `json:"latest_revision"`
-	AppliedRevision   int               `json:"applied_revision"` // 0: none requested yet
-	Revisions         []RevisionSummary `json:"revisions"`
-	Deleted           bool              `json:"deleted,omitempty"`
-	CreatedAt         time.Time         `json:"created_at"`
-	UpdatedAt         time.Time         `json:"updated_at"`
-	Version           uint64            `json:"version"`
+	Org               string   `json:"org"`
+	Name              string   `json:"name"`
+	Cluster           string   `json:"cluster"`
+	Spec              PoolSpec `json:"spec"`
+	KubernetesVersion string   `json:"kubernetes_version"`
+	LatestRevision    int      `json:"latest_revision"`
+	AppliedRevision   int      `json:"applied_revision"` // 0: none requested yet
+	// Applied is what the applied revision says the machines run, which
+	// differs from Spec (the latest saved revision) after a Save without
+	// Apply or a rollback; absent before the first apply. What each
+	// machine runs is GET …/machines?pool= (current_revision).
+	Applied   *AppliedRevision  `json:"applied,omitempty"`
+	Revisions []RevisionSummary `json:"revisions"`
+	Deleted   bool              `json:"deleted,omitempty"`
+	CreatedAt time.Time         `json:"created_at"`
+	UpdatedAt time.Time         `json:"updated_at"`
+	Version   uint64            `json:"version"`
 }
 
 // PoolSummary is a pool in a list.
 type PoolSummary struct {
-	Org               string    `json:"org"`
-	Name              string    `json:"name"`
-	Cluster           string    `json:"cluster"`
-	DisplayName       string    `json:"display_name"`
-	KubernetesVersion string    `json:"kubernetes_version"`
-	LatestRevision    int       `json:"latest_revision"`
-	AppliedRevision   int       `json:"applied_revision"`
-	CreatedAt         time.Time `json:"created_at"`
-	UpdatedAt         time.Time `json:"updated_at"`
-	Version           uint64    `json:"version"`
+	Org               string `json:"org"`
+	Name              string `json:"name"`
+	Cluster           string `json:"cluster"`
+	DisplayName       string `json:"display_name"`
+	KubernetesVersion string `json:"kubernetes_version"`
+	LatestRevision    int    `json:"latest_revision"`
+	AppliedRevision   int    `json:"applied_revision"`
+	// AppliedKubernetesVersion is the applied revision's version (the
+	// latest saved one is KubernetesVersion); empty before the first apply.
+	AppliedKubernetesVersion string    `json:"applied_kubernetes_version,omitempty"`
+	CreatedAt                time.Time `json:"created_at"`
+	UpdatedAt                time.Time `json:"updated_at"`
+	Version                  uint64    `json:"version"`
 }
 
 // CreatePoolRequest creates a pool with its first revision ("Save"), and
@@ -462,6 +493,8 @@ type CreatePoolRequest struct {
 	SSHKeys          []string          `json:"ssh_keys,omitempty"`
 	Rollout          Rollout           `json:"rollout"`
 
+	AutoApplyPlatformRevisions bool `json:"auto_apply_platform_revisions,omitempty"`
+
 	Message string `json:"message,omitempty"`
 	Apply   bool   `json:"apply"`
 }
@@ -473,6 +506,7 @@ func NewCreatePoolRequest(org, name, cluster string, spec PoolSpec) CreatePoolRe
 		DisplayName: spec.DisplayName, Kubernetes: spec.Kubernetes, Flatcar: spec.Flatcar, Network: spec.Network,
 		CacheDisk: spec.CacheDisk, NodeLabels: spec.NodeLabels, Taints: spec.Taints,
 		KubeletExtraArgs: spec.KubeletExtraArgs, SSHKeys: spec.SSHKeys, Rollout: spec.Rollout,
+		AutoApplyPlatformRevisions: spec.AutoApplyPlatformRevisions,
 	}
 }
 
@@ -482,11 +516,13 @@ func (r CreatePoolRequest) Spec() PoolSpec {
 		DisplayName: r.DisplayName, Kubernetes: r.Kubernetes, Flatcar: r.Flatcar, Network: r.Network,
 		CacheDisk: r.CacheDisk, NodeLabels: r.NodeLabels, Taints: r.Taints,
 		KubeletExtraArgs: r.KubeletExtraArgs, SSHKeys: r.SSHKeys, Rollout: r.Rollout,
+		AutoApplyPlatformRevisions: r.AutoApplyPlatformRevisions,
 	}
 }
 
 // UpdatePoolRequest saves the whole spec (a form save). A config change
-// makes exactly one revision; display name and rollout changes make none.
+// makes exactly one revision; display name, rollout and auto-apply
+// changes make none.
 // With Apply, the latest revision is requested for rollout unless it is
 // already the applied one. The spec's fields sit at the top level.
 type UpdatePoolRequest struct {
@@ -504,6 +540,8 @@ type UpdatePoolRequest struct {
 	SSHKeys          []string          `json:"ssh_keys,omitempty"`
 	Rollout          Rollout           `json:"rollout"`
 
+	AutoApplyPlatformRevisions bool `json:"auto_apply_platform_revisions,omitempty"`
+
 	Message         string `json:"message,omitempty"`
 	Apply           bool   `json:"apply"`
 	ExpectedVersion uint64 `json:"expected_version,omitempty"`
@@ -516,6 +554,7 @@ func NewUpdatePoolRequest(org, name string, spec PoolSpec) UpdatePoolRequest {
 		DisplayName: spec.DisplayName, Kubernetes: spec.Kubernetes, Flatcar: spec.Flatcar, Network: spec.Network,
 		CacheDisk: spec.CacheDisk, NodeLabels: spec.NodeLabels, Taints: spec.Taints,
 		KubeletExtraArgs: spec.KubeletExtraArgs, SSHKeys: spec.SSHKeys, Rollout: spec.Rollout,
+		AutoApplyPlatformRevisions: spec.AutoApplyPlatformRevisions,
 	}
 }
 
@@ -525,6 +564,7 @@ func (r UpdatePoolRequest) Spec() PoolSpec {
 		DisplayName: r.DisplayName, Kubernetes: r.Kubernetes, Flatcar: r.Flatcar, Network: r.Network,
 		CacheDisk: r.CacheDisk, NodeLabels: r.NodeLabels, Taints: r.Taints,
 		KubeletExtraArgs: r.KubeletExtraArgs, SSHKeys: r.SSHKeys, Rollout: r.Rollout,
+		AutoApplyPlatformRevisions: r.AutoApplyPlatformRevisions,
 	}
 }
 
@@ -542,9 +582,12 @@ type PoolChange struct {
 	Pool            Pool `json:"pool"`
 	Changed         bool `json:"changed"`                    // anything was appended
 	RevisionCreated int  `json:"revision_created,omitempty"` // the new revision's number
-	SettingsChanged bool `json:"settings_changed,omitempty"` // display name or rollout
+	SettingsChanged bool `json:"settings_changed,omitempty"` // display name, rollout or auto-apply
 	ApplyRequested  int  `json:"apply_requested,omitempty"`  // the revision requested for rollout
 	Rollback        bool `json:"rollback,omitempty"`         // it is older than the one applied before
+	// Rollout is the id of the rollout the apply starts (GET
+	// /rollouts/{id} follows it; it may take a moment to appear).
+	Rollout string `json:"rollout,omitempty"`
 }
 
 // DeletePoolRequest deletes a pool; its name is never reused.
@@ -655,7 +698,8 @@ type RevisionIgnition struct {
 // ---- catalog ----
 
 // ListCatalogRequest lists the supported Kubernetes versions. Org is the
-// caller's organization (the catalog itself is platform-wide).
+// caller's organization, or empty for a platform administrator (the
+// catalog itself is platform-wide).
 type ListCatalogRequest struct {
 	Org string `json:"org"`
 }

@@ -3,8 +3,8 @@ package app
 import "context"
 
 // ListCatalog lists the supported Kubernetes versions. Org is the caller's
-// organization, validated like every request's; the catalog is
-// platform-wide.
+// organization, validated like every request's, or empty for a platform
+// administrator (who belongs to none); the catalog is platform-wide.
 type ListCatalog struct {
 	Org string
 }
@@ -13,8 +13,10 @@ type ListCatalog struct {
 type ListCatalogHandler struct{ *base }
 
 func (h ListCatalogHandler) Handle(_ context.Context, q ListCatalog) (CatalogRecord, error) {
-	if err := ids(q.Org); err != nil {
-		return CatalogRecord{}, err
+	if q.Org != "" {
+		if err := ids(q.Org); err != nil {
+			return CatalogRecord{}, err
+		}
 	}
 	return h.Model.Catalog(), nil
 }

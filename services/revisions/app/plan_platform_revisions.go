@@ -12,17 +12,21 @@ import (
 )
 
 // PlatformActor is the actor of the events the platform appends by itself.
-const PlatformActor = "platform"
+const PlatformActor = pool.PlatformActor
 
 // PlanPlatformRevisionsHandler reacts to catalog.version_added: for every
 // pool of every organization on the added version's minor and older than
-// its newest patch, it creates a platform-made pending revision (not
-// applied). Pools whose control plane is older than the patch are held
-// back and logged.
+// its newest patch, it creates a platform-made revision. It is pending
+// (not applied) unless the pool auto-applies platform revisions: then the
+// same append requests its rollout, by "platform", once the boot service
+// is known to serve its files; the rollout service holds it until the
+// pool's maintenance window opens. Pools whose control plane is older
+// than the patch are held back and logged.
 //
 // It is idempotent: each pool's decision is made on the pool's state as
 // loaded from the log, and a pool already at (or past) the version gets
-// nothing, so a redelivered event changes nothing.
+// nothing, so a redelivered event changes nothing (the revision and its
+// apply are one append).
 type PlanPlatformRevisionsHandler struct{ *base }
 
 // EventTypes are the events this handler reacts to.
@@ -76,13 +80,17 @@ func (h PlanPlatformRevisionsHandler) Handle(ctx context.Context, env *events.En
 					if err != nil {
 						return nil, err
 					}
-					return r.State.CreatePlatformRevision(c.Command, pool.Env{Catalog: cat, Cluster: &cl.State})
+					return h.decidePlatformRevision(ctx, &r.State, c.Command, pool.Env{Catalog: cat, Cluster: &cl.State})
 				})
 			switch {
 			case err == nil && len(payloads) > 0:
 				rc := payloads[0].(pool.RevisionCreated)
-				h.Log.InfoContext(ctx, "platform revision created", "org", org, "pool", c.Pool,
-					"revision", rc.Revision.Number, "kubernetes_version", c.Command.KubernetesVersion)
+				attrs := []any{"org", org, "pool", c.Pool, "revision", rc.Revision.Number, "kubernetes_version", c.Command.KubernetesVersion}
+				if ar, ok := applyOf(payloads); ok {
+					h.Log.InfoContext(ctx, "platform revision created and applied", append(attrs, "rollout", ar.RolloutID)...)
+				} else {
+					h.Log.InfoContext(ctx, "platform revision created", attrs...)
+				}
 			case err == nil:
 			case errs.Is(err, errs.KindConflict), errs.Is(err, errs.KindNotFound), errs.Is(err, errs.KindValidation):
 				// The pool moved on (another minor, deleted, its control
@@ -94,4 +102,35 @@ func (h PlanPlatformRevisionsHandler) Handle(ctx context.Context, env *events.En
 		}
 	}
 	return errors.Join(failed...)
+}
+
+// decidePlatformRevision decides one pool's platform revision. An apply
+// that the pool's auto-apply adds goes out only for a revision the boot
+// service can serve the files of: if it cannot say (unavailable) nothing
+// is appended and the event is retried; if it lacks them the revision is
+// made pending, and its message says why it was not applied.
+func (h PlanPlatformRevisionsHandler) decidePlatformRevision(ctx context.Context, p *pool.Pool, cmd pool.CreatePlatformRevision, env pool.Env) ([]any, error) {
+	payloads, err := p.CreatePlatformRevision(cmd, env)
+	if _, applies := applyOf(payloads); err != nil || !applies {
+		return payloads, err
+	}
+	err = h.checkAssets(ctx, p, payloads)
+	switch {
+	case err == nil:
+		return payloads, nil
+	case errs.Is(err, errs.KindUnavailable):
+		return nil, err
+	}
+	cmd.ApplyHeld = "the boot service cannot serve its files (" + err.Error() + ")"
+	return p.CreatePlatformRevision(cmd, env)
+}
+
+// applyOf returns the apply among payloads, if any.
+func applyOf(payloads []any) (pool.ApplyRequested, bool) {
+	for _, pl := range payloads {
+		if ar, ok := pl.(pool.ApplyRequested); ok {
+			return ar, true
+		}
+	}
+	return pool.ApplyRequested{}, false
 }

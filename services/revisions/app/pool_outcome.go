@@ -5,11 +5,12 @@ import "github.com/anvil-fleet/anvil/services/revisions/domain/pool"
 // PoolOutcome is a pool after a command, and what the command did.
 type PoolOutcome struct {
 	Pool            PoolRecord
-	Changed         bool // anything was appended
-	RevisionCreated int  // the new revision's number, 0 if none
-	SettingsChanged bool // display name or rollout strategy
-	ApplyRequested  int  // the revision requested for rollout, 0 if none
-	Rollback        bool // that revision is older than the one applied before
+	Changed         bool   // anything was appended
+	RevisionCreated int    // the new revision's number, 0 if none
+	SettingsChanged bool   // display name or rollout strategy
+	ApplyRequested  int    // the revision requested for rollout, 0 if none
+	Rollback        bool   // that revision is older than the one applied before
+	Rollout         string // the id of the rollout the apply starts
 }
 
 func outcome(rec *PoolRecord, payloads []any) PoolOutcome {
@@ -21,7 +22,7 @@ func outcome(rec *PoolRecord, payloads []any) PoolOutcome {
 		case pool.SettingsChanged:
 			o.SettingsChanged = true
 		case pool.ApplyRequested:
-			o.ApplyRequested, o.Rollback = e.Revision, e.Rollback
+			o.ApplyRequested, o.Rollback, o.Rollout = e.Revision, e.Rollback, e.RolloutID
 		}
 	}
 	return o

@@ -18,7 +18,8 @@ import (
 // f under its JSON path, and the rest still converts, so that the domain
 // can report every other problem in the same answer.
 func toSpec(f *errs.Fields, s api.PoolSpec) pool.Spec {
-	return pool.Spec{DisplayName: s.DisplayName, Config: toConfig(s.Config()), Rollout: toRollout(f, s.Rollout)}
+	return pool.Spec{DisplayName: s.DisplayName, Config: toConfig(s.Config()), Rollout: toRollout(f, s.Rollout),
+		AutoApplyPlatformRevisions: s.AutoApplyPlatformRevisions}
 }
 
 func toConfig(c api.PoolConfig) pool.Config {
@@ -76,6 +77,9 @@ func toRollout(f *errs.Fields, r api.Rollout) pool.Rollout {
 	}
 	for _, w := range r.MaintenanceWindows {
 		out.MaintenanceWindows = append(out.MaintenanceWindows, pool.Window{Days: w.Days, Start: w.Start, End: w.End, TimeZone: w.TimeZone})
+	}
+	if r.Remediation != nil {
+		out.Remediation = &pool.Remediation{MaxInFlight: r.Remediation.MaxInFlight}
 	}
 	return out
 }
@@ -154,6 +158,9 @@ func fromRollout(r pool.Rollout) api.Rollout {
 		s := r.DrainGracePeriod.String()
 		out.DrainGracePeriod = &s
 	}
+	if r.Remediation != nil {
+		out.Remediation = &api.Remediation{MaxInFlight: r.Remediation.MaxInFlight}
+	}
 	for _, w := range r.MaintenanceWindows {
 		out.MaintenanceWindows = append(out.MaintenanceWindows, api.MaintenanceWindow{Days: w.Days, Start: w.Start, End: w.End, TimeZone: w.TimeZone})
 	}
@@ -179,14 +186,17 @@ func fromPool(rec app.PoolRecord) api.Pool {
 	p := &rec.State
 	spec := p.Spec()
 	latest, _ := p.Latest()
+	apiSpec := api.SpecOf(spec.DisplayName, fromConfig(spec.Config), fromRollout(spec.Rollout))
+	apiSpec.AutoApplyPlatformRevisions = spec.AutoApplyPlatformRevisions
 	return api.Pool{
 		Org:               rec.Org,
 		Name:              p.Name,
 		Cluster:           p.Cluster,
-		Spec:              api.SpecOf(spec.DisplayName, fromConfig(spec.Config), fromRollout(spec.Rollout)),
+		Spec:              apiSpec,
 		KubernetesVersion: latest.Config.Kubernetes.Version,
 		LatestRevision:    latest.Number,
 		AppliedRevision:   p.AppliedRevision,
+		Applied:           appliedOf(p),
 		Revisions:         fromRevisions(p),
 		Deleted:           p.Deleted,
 		CreatedAt:         rec.CreatedAt,
@@ -195,15 +205,32 @@ func fromPool(rec app.PoolRecord) api.Pool {
 	}
 }
 
+// appliedOf summarises the pool's applied revision (nil before any apply).
+func appliedOf(p *pool.Pool) *api.AppliedRevision {
+	if p.AppliedRevision == 0 {
+		return nil
+	}
+	r, err := p.Revision(p.AppliedRevision)
+	if err != nil {
+		return nil
+	}
+	return &api.AppliedRevision{Number: r.Number, KubernetesVersion: r.Config.Kubernetes.Version,
+		Flatcar: api.Flatcar{Channel: r.Config.Flatcar.Channel, Version: r.Config.Flatcar.Version}}
+}
+
 func fromPoolSummary(rec app.PoolRecord) api.PoolSummary {
 	p := &rec.State
 	latest, _ := p.Latest()
-	return api.PoolSummary{
+	out := api.PoolSummary{
 		Org: rec.Org, Name: p.Name, Cluster: p.Cluster, DisplayName: p.DisplayName,
 		KubernetesVersion: latest.Config.Kubernetes.Version,
 		LatestRevision:    latest.Number, AppliedRevision: p.AppliedRevision,
 		CreatedAt: rec.CreatedAt, UpdatedAt: rec.UpdatedAt, Version: rec.Version,
 	}
+	if a := appliedOf(p); a != nil {
+		out.AppliedKubernetesVersion = a.KubernetesVersion
+	}
+	return out
 }
 
 func fromOutcome(o app.PoolOutcome) api.PoolChange {
@@ -214,6 +241,7 @@ func fromOutcome(o app.PoolOutcome) api.PoolChange {
 		SettingsChanged: o.SettingsChanged,
 		ApplyRequested:  o.ApplyRequested,
 		Rollback:        o.Rollback,
+		Rollout:         o.Rollout,
 	}
 }
 

@@ -20,8 +20,12 @@ func TestCatalogCommands(t *testing.T) {
 	if err != nil || strings.Join(cat.Versions, ",") != testVersions || len(cat.Minors) != 4 || cat.Minors[2].Minor != "1.33" || cat.Minors[2].Latest != "1.33.4" || cat.Version == 0 {
 		t.Fatalf("seeded catalog: %s %v", mustJSON(t, cat), err)
 	}
-	_, err = api.ListCatalog(ctx, nc, api.ListCatalogRequest{})
+	_, err = api.ListCatalog(ctx, nc, api.ListCatalogRequest{Org: "Not_An_Org"})
 	wantErr(t, "list invalid", err, errs.KindValidation, "org")
+	// A platform administrator belongs to no organization.
+	if all, err := api.ListCatalog(ctx, nc, api.ListCatalogRequest{}); err != nil || strings.Join(all.Versions, ",") != testVersions {
+		t.Fatalf("list without an org: %s %v", mustJSON(t, all), err)
+	}
 
 	added, err := api.AddCatalogVersion(ctx, nc, api.AddCatalogVersionRequest{Version: "1.35.0"})
 	if err != nil || added.Version <= cat.Version || added.Minors[len(added.Minors)-1].Latest != "1.35.0" {

@@ -27,6 +27,22 @@ func TestClusterCommands(t *testing.T) {
 	wantErr(t, "create invalid (valid ids)", err, errs.KindValidation, "api_endpoint", "kubernetes_version", "kubeconfig", "bootstrap_token", "ca_cert_hash")
 	_, err = api.CreateCluster(context.Background(), nc, clusterReq("acme", "other", "1.34.1"))
 	wantErr(t, "create without actor", err, errs.KindUnauthorized)
+	// A kubeconfig the rollout service could not use is refused now, not at the first drain.
+	noContext := api.Secret(strings.TrimSuffix(testKubeconfig, testContext))
+	bad := clusterReq("acme", "other", "1.34.1")
+	bad.Kubeconfig = noContext
+	_, err = api.CreateCluster(ctx, nc, bad)
+	wantErr(t, "create with a kubeconfig without contexts", err, errs.KindValidation, "kubeconfig")
+	if err == nil || !strings.Contains(err.Error(), "kubeconfig: has no current-context") || strings.Contains(err.Error(), "plaintext") {
+		t.Errorf("create with a kubeconfig without contexts: %v", err)
+	}
+	bad.Kubeconfig = api.Secret(strings.Replace(string(testKubeconfig), "{token: kubeconfig-plaintext-7c1e5d}",
+		"{exec: {apiVersion: client.authentication.k8s.io/v1, command: aws}}", 1))
+	_, err = api.CreateCluster(ctx, nc, bad)
+	wantErr(t, "create with an exec plugin", err, errs.KindValidation, "kubeconfig")
+	if _, err := api.GetCluster(ctx, nc, api.GetClusterRequest{Org: "acme", Name: "other"}); !errs.Is(err, errs.KindNotFound) {
+		t.Errorf("a refused cluster exists: %v", err)
+	}
 
 	// get, list
 	got, err := api.GetCluster(ctx, nc, api.GetClusterRequest{Org: "acme", Name: "prod", MinVersion: c.Version})
@@ -79,6 +95,8 @@ func TestClusterCommands(t *testing.T) {
 	}
 	_, err = api.RotateKubeconfig(ctx, nc, api.RotateKubeconfigRequest{Org: "acme", Name: "prod", Kubeconfig: "not: [yaml"})
 	wantErr(t, "rotate kubeconfig invalid", err, errs.KindValidation, "kubeconfig")
+	_, err = api.RotateKubeconfig(ctx, nc, api.RotateKubeconfigRequest{Org: "acme", Name: "prod", Kubeconfig: noContext})
+	wantErr(t, "rotate to a kubeconfig without contexts", err, errs.KindValidation, "kubeconfig")
 	_, err = api.RotateKubeconfig(ctx, nc, api.RotateKubeconfigRequest{Org: "acme", Name: "nope", Kubeconfig: api.Secret(testKubeconfig2)})
 	wantErr(t, "rotate kubeconfig missing", err, errs.KindNotFound)
 	_, err = api.RotateKubeconfig(ctx, nc, api.RotateKubeconfigRequest{Org: "acme", Name: "prod", Kubeconfig: api.Secret(testKubeconfig2), ExpectedVersion: cur.Version})

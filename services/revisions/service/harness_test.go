@@ -32,8 +32,9 @@ import (
 var (
 	testKey         = "k1:" + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{7}, 32))
 	testKey2        = "k2:" + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{9}, 32))
-	testKubeconfig  = "apiVersion: v1\nkind: Config\nclusters:\n- name: prod\n  cluster: {server: 'https://api.prod.example:6443'}\nusers:\n- name: drain\n  user: {token: kubeconfig-plaintext-7c1e5d}\n"
-	testKubeconfig2 = "apiVersion: v1\nkind: Config\nclusters:\n- name: prod\n  cluster: {server: 'https://api.prod.example:6443'}\nusers:\n- name: drain\n  user: {token: kubeconfig-rotated-9f8e7d}\n"
+	testKubeconfig  = "apiVersion: v1\nkind: Config\nclusters:\n- name: prod\n  cluster: {server: 'https://api.prod.example:6443'}\nusers:\n- name: drain\n  user: {token: kubeconfig-plaintext-7c1e5d}\n" + testContext
+	testKubeconfig2 = "apiVersion: v1\nkind: Config\nclusters:\n- name: prod\n  cluster: {server: 'https://api.prod.example:6443'}\nusers:\n- name: drain\n  user: {token: kubeconfig-rotated-9f8e7d}\n" + testContext
+	testContext     = "contexts:\n- name: drain@prod\n  context: {cluster: prod, user: drain}\ncurrent-context: drain@prod\n"
 	testToken       = "k8sabc.s3cr3tt0k3nv4lu3"
 	testToken2      = "k8sdef.r0tat3dt0k3nabcd"
 	testCAHash      = "sha256:" + fmt.Sprintf("%064x", 42)

@@ -134,7 +134,7 @@ func (c *cluster) ServerVersion(ctx context.Context) (string, error) {
 }
 
 func nodeInfo(n *corev1.Node) app.NodeInfo {
-	info := app.NodeInfo{Found: true, Unschedulable: n.Spec.Unschedulable}
+	info := app.NodeInfo{Found: true, Unschedulable: n.Spec.Unschedulable, BootID: n.Status.NodeInfo.BootID}
 	for _, cond := range n.Status.Conditions {
 		if cond.Type == corev1.NodeReady {
 			info.Ready = cond.Status == corev1.ConditionTrue

@@ -60,8 +60,22 @@ type Clusters interface {
 type NodeInfo struct {
 	Found           bool
 	Ready           bool
+	BootID          string // the kernel boot id its kubelet reports; empty for none
 	Unschedulable   bool
 	CordonedByAnvil bool
+}
+
+// NodeConfig is what a revision says a node carries. The kubelet applies
+// its --node-labels and registration taints only when it creates the Node,
+// so a machine that rejoins under its old name would keep the old ones.
+type NodeConfig struct {
+	Labels map[string]string
+	Taints []NodeTaint
+}
+
+// NodeTaint is one taint of a NodeConfig.
+type NodeTaint struct {
+	Key, Value, Effect string
 }
 
 // DrainOptions tune a drain.
@@ -84,6 +98,11 @@ type Cluster interface {
 	Drain(ctx context.Context, name string, o DrainOptions) error
 	// DeleteNode removes the Node object (a deleted machine).
 	DeleteNode(ctx context.Context, name string) error
+	// ReconcileNode gives the node the labels and taints of the revision
+	// it now runs, and removes the ones anvil set earlier that the
+	// revision no longer has; labels and taints set by others stay. A
+	// missing node is not an error.
+	ReconcileNode(ctx context.Context, name string, want NodeConfig) error
 	Budgets(ctx context.Context, nodes []string) ([]checks.Budget, error)
 	// NodeChanged returns a channel closed at the node's next change.
 	NodeChanged(name string) <-chan struct{}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/anvil-fleet/anvil/libs/events/errs"
 	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
+	revapi "github.com/anvil-fleet/anvil/services/revisions/api"
 	"github.com/anvil-fleet/anvil/services/rollout/domain/rollout"
 )
 
@@ -41,7 +42,12 @@ func (x *executor) cordon(ctx context.Context) {
 			}
 			return false, err
 		}
-		x.succeed(ctx, "node cordoned")
+		n, err := cl.Node(ctx, x.act.Node)
+		if err != nil {
+			return false, err
+		}
+		x.report(ctx, rollout.SucceedStep{Machine: x.act.Machine, Step: x.act.Step, Attempt: x.act.Attempt,
+			Message: "node cordoned", NodeBootID: n.BootID})
 		return true, nil
 	})
 }
@@ -82,6 +88,7 @@ func (x *executor) drain(ctx context.Context) {
 // waitReady waits until the node is Ready.
 func (x *executor) waitReady(ctx context.Context) {
 	var cl Cluster
+	saidStale := false
 	x.retry(ctx, func() <-chan struct{} {
 		if cl == nil {
 			return nil
@@ -100,7 +107,20 @@ func (x *executor) waitReady(ctx context.Context) {
 			return false, err
 		}
 		if n.Found && n.Ready {
-			x.succeed(ctx, "node is Ready")
+			if x.bootIDBefore != "" && n.BootID == x.bootIDBefore {
+				// Still the status of the boot before the reboot: the
+				// node-monitor grace period has not run out yet.
+				if !saidStale {
+					x.log.InfoContext(ctx, "waiting for the kubelet of the new boot: the Node's Ready status is from before the reboot", "boot_id", n.BootID)
+					saidStale = true
+				}
+				return false, nil
+			}
+			msg := "node is Ready"
+			if x.bootIDBefore != "" {
+				msg = "node is Ready, reported by the kubelet of the new boot"
+			}
+			x.succeed(ctx, msg)
 			return true, nil
 		}
 		return false, nil
@@ -115,6 +135,20 @@ func (x *executor) uncordon(ctx context.Context) {
 		if err != nil {
 			return false, err
 		}
+		if !x.act.Release {
+			want, err := x.nodeConfig(ctx)
+			switch {
+			case errs.KindOf(err) == errs.KindNotFound:
+				// The machine or its pool is gone: only the uncordon is left.
+				x.log.InfoContext(ctx, "node labels and taints left as they are", "reason", err.Error())
+			case err != nil:
+				return false, err
+			default:
+				if err := cl.ReconcileNode(ctx, x.act.Node, want); err != nil {
+					return false, err
+				}
+			}
+		}
 		if err := cl.Uncordon(ctx, x.act.Node); err != nil {
 			return false, err
 		}
@@ -123,7 +157,30 @@ func (x *executor) uncordon(ctx context.Context) {
 				return false, err
 			}
 		}
-		x.succeed(ctx, "node uncordoned")
+		if x.act.Release {
+			x.succeed(ctx, "node uncordoned")
+		} else {
+			x.succeed(ctx, fmt.Sprintf("node uncordoned, with revision %d's labels and taints", x.revision))
+		}
 		return true, nil
 	})
+}
+
+// nodeConfig is what the rollout's revision says the machine's node
+// carries: the pool's node labels, overridden by the machine's own labels
+// (as the rendered kubeadm join passes them), and the pool's taints.
+func (x *executor) nodeConfig(ctx context.Context) (NodeConfig, error) {
+	rev, err := x.a.Revisions.Revision(ctx, x.d.org, x.pool, int(x.revision))
+	if err != nil {
+		return NodeConfig{}, err
+	}
+	m, err := x.a.Registry.Machine(ctx, x.d.org, x.act.Machine)
+	if err != nil {
+		return NodeConfig{}, err
+	}
+	want := NodeConfig{Labels: revapi.NodeLabels(rev.Config.NodeLabels, m.Labels)}
+	for _, t := range rev.Config.Taints {
+		want.Taints = append(want.Taints, NodeTaint{Key: t.Key, Value: t.Value, Effect: t.Effect})
+	}
+	return want, nil
 }

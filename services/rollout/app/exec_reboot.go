@@ -64,7 +64,11 @@ func (x *executor) issueReboot(ctx context.Context) {
 		}
 		switch {
 		case accepted(in):
-			x.succeed(ctx, fmt.Sprintf("the agent %s the instruction", in.Status))
+			note, err := x.dropStaleNode(ctx)
+			if err != nil {
+				return false, err
+			}
+			x.succeed(ctx, fmt.Sprintf("the agent %s the instruction%s", in.Status, note))
 			return true, nil
 		case in.Status == bootapi.StatusPending:
 			return false, nil
@@ -98,7 +102,11 @@ func (x *executor) confirmReboot(ctx context.Context) {
 		case !found && x.wasIssued:
 			return false, nil // the boot service has not stored it yet; the withdrawal follows it
 		case found && accepted(in):
-			x.succeed(ctx, fmt.Sprintf("the agent had accepted the instruction (%s) before it was withdrawn", in.Status))
+			note, err := x.dropStaleNode(ctx)
+			if err != nil {
+				return false, err
+			}
+			x.succeed(ctx, fmt.Sprintf("the agent had accepted the instruction (%s) before it was withdrawn%s", in.Status, note))
 			return true, nil
 		case found && in.Status == bootapi.StatusPending:
 			return false, nil // the withdrawal is not processed yet
@@ -163,4 +171,34 @@ func suffix(msg string) string {
 		return ""
 	}
 	return ": " + msg
+}
+
+// dropStaleNode deletes the machine's Node once its agent accepted the
+// reboot, when a kubelet registered it (it reports a boot id) and it is
+// still the Node of the boot before the reboot. The machine joins again
+// from a fresh root file system: kubeadm join refuses to join while a
+// Node of that name says Ready, which the old one does for the
+// node-monitor grace period, and the kubelet of the new boot registers
+// it anew with the revision's labels and taints. Nodes that report no boot
+// id (kwok's) are left alone: nothing would register them again. It
+// returns a note for the step's message.
+func (x *executor) dropStaleNode(ctx context.Context) (string, error) {
+	if x.bootIDBefore == "" || x.act.Node == "" {
+		return "", nil
+	}
+	cl, err := x.a.Clusters.Cluster(ctx, x.d.org, x.cluster)
+	if err != nil {
+		return "", err
+	}
+	n, err := cl.Node(ctx, x.act.Node)
+	if err != nil {
+		return "", err
+	}
+	if !n.Found || n.BootID != x.bootIDBefore {
+		return "", nil // gone already, or registered by the new boot
+	}
+	if err := cl.DeleteNode(ctx, x.act.Node); err != nil {
+		return "", err
+	}
+	return "; node " + x.act.Node + " deleted: the kubelet of the new boot registers it again", nil
 }

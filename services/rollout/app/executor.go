@@ -23,6 +23,7 @@ type executor struct {
 	act     plan.Action
 	log     *slog.Logger
 	cluster string
+	pool    string
 	// revision is the rollout's target revision.
 	revision uint64
 	// machine is the machine's snapshot from the rollout's start, and the
@@ -31,18 +32,20 @@ type executor struct {
 	stepStartedAt time.Time
 	instructionID string
 	kind          rollout.InstructionKind
+	bootIDBefore  string // the node's boot id when it was cordoned
 	// wasIssued: the action's instruction was in the log when it began.
 	wasIssued bool
 	state     rollout.State // the whole state, for the checks
 }
 
 func (d *driver) executor(act plan.Action) *executor {
-	x := &executor{d: d, a: d.a, act: act, cluster: d.state.Cluster, revision: d.state.Revision,
+	x := &executor{d: d, a: d.a, act: act, cluster: d.state.Cluster, pool: d.state.Pool, revision: d.state.Revision,
 		log: d.log.With("action", string(act.Kind), "machine", act.Node, "attempt", act.Attempt)}
 	if m, ok := d.state.Machine(act.Machine); ok {
 		x.machine = m.Machine
 		x.stepStartedAt = m.StepStartedAt
 		x.instructionID, x.kind = m.InstructionID, m.Kind
+		x.bootIDBefore = m.NodeBootIDBefore
 	}
 	x.wasIssued = act.InstructionID != "" && d.issued[act.InstructionID]
 	if act.Kind == plan.RunChecks {

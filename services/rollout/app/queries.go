@@ -98,7 +98,7 @@ func (a *App) ListRollouts(org string, f ListFilter) ([]RolloutView, string, err
 			continue
 		}
 		st := string(v.View.Status)
-		if f.Status == "active" && (st == "succeeded" || st == "aborted") || f.Status != "" && f.Status != "active" && st != f.Status {
+		if f.Status == "active" && v.View.Over() || f.Status != "" && f.Status != "active" && st != f.Status {
 			continue
 		}
 		if len(out) == f.Limit {

@@ -52,8 +52,12 @@ func (a *App) Start(ctx context.Context, c StartRollout) (uint64, error) {
 		if c.After == c.ID {
 			return 0, errs.Invalid("after", "a rollout cannot come after itself")
 		}
-		if _, ok := a.Rollouts.Get(c.Org, c.After); !ok {
+		after, ok := a.Rollouts.Get(c.Org, c.After)
+		if !ok {
 			return 0, errs.Invalid("after", "rollout %q does not exist in organization %s", c.After, c.Org)
+		}
+		if after.State.Refused { // it will never succeed or be aborted
+			return 0, errs.Invalid("after", "rollout %s never started (%s)", c.After, after.State.Reason)
 		}
 	}
 	existing, err := a.Store.Load(ctx, ref(c.Org, c.ID))
@@ -70,7 +74,7 @@ func (a *App) Start(ctx context.Context, c StartRollout) (uint64, error) {
 	cmd := rollout.Start{
 		ID: c.ID, Pool: c.Pool, Cluster: c.Cluster, Revision: c.Revision, Hash: c.Hash, Rollback: c.Rollback,
 		After: c.After, PoolSize: len(ms), RequestedBy: c.RequestedBy, Provisioning: c.Provisioning,
-		Strategy: rollout.Strategy{Rollout: c.Strategy, RemediationMaxInFlight: a.Settings.RemediationMaxInFlight},
+		Strategy: rollout.Strategy{Rollout: c.Strategy, RemediationMaxInFlight: c.Strategy.ResolveRemediation(a.Settings.RemediationMaxInFlight)},
 	}
 	provisioning := a.provisioningRollouts(c.Org, c.Pool)
 	found := false
@@ -164,15 +168,81 @@ func noNode(m regapi.Machine) bool {
 }
 
 // StartFromApply starts the rollout that a pool.apply_requested asks for.
+// The caller was told the rollout's id, so a start that can never succeed
+// is not left to the poison queue: the rollout is recorded as refused
+// under that id, failed with the reason (rollout.start_refused). Only what
+// retrying may fix (a service that did not answer, this one stopping) is
+// returned, for the handler to retry.
 func (a *App) StartFromApply(ctx context.Context, env *events.Envelope, e pool.ApplyRequested) error {
-	if e.Revision <= 0 {
-		return errs.Invalid("revision", "must be 1 or more, got %d", e.Revision)
+	id := e.RolloutID
+	if id == "" {
+		id = RolloutIDFor(env.ID)
 	}
-	_, err := a.Start(ctx, StartRollout{
-		ID: RolloutIDFor(env.ID), Org: env.Org, Pool: e.Pool, Cluster: e.Cluster, Revision: uint64(e.Revision),
+	if err := ref(env.Org, id).Validate(); err != nil {
+		// No rollout can have this id: there is nowhere to record a
+		// refusal, and the caller follows an id that will never exist.
+		a.Log.ErrorContext(ctx, "apply names a rollout id that cannot exist", "org", env.Org, "rollout", id, "pool", e.Pool, "err", err)
+		return errs.Invalid("rollout_id", "%q cannot name a rollout: %v", id, err)
+	}
+	c := StartRollout{
+		ID: id, Org: env.Org, Pool: e.Pool, Cluster: e.Cluster, Revision: uint64(max(e.Revision, 0)),
 		Hash: e.Hash, Rollback: e.Rollback, Strategy: e.Rollout, RequestedBy: e.RequestedBy,
-	})
-	return err
+	}
+	var err error
+	if e.Revision <= 0 {
+		err = errs.Invalid("revision", "must be 1 or more, got %d", e.Revision)
+	} else {
+		_, err = a.Start(ctx, c)
+	}
+	if err == nil || retryable(ctx, err) {
+		return err
+	}
+	return a.refuseStart(ctx, c, err)
+}
+
+// retryable reports whether trying again may get past err: a dependency
+// that did not answer or asked to slow down, or ctx ending (this service
+// stopping). Anything else (the request breaks a rule, something it names
+// does not exist, a conflict, a bug) fails again the same way.
+func retryable(ctx context.Context, err error) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	switch errs.KindOf(err) {
+	case errs.KindUnavailable, errs.KindRateLimited:
+		return true
+	}
+	return false
+}
+
+// refuseStart records that rollout c cannot start because of cause. A
+// rollout already under that id (a redelivery, a concurrent delivery)
+// stays as it is. An id that cannot name a rollout leaves nowhere to
+// record it: that error is returned, for the poison queue.
+func (a *App) refuseStart(ctx context.Context, c StartRollout, cause error) error {
+	cmd := rollout.RefuseStart{ID: c.ID, Pool: c.Pool, Cluster: c.Cluster, Revision: c.Revision, RequestedBy: c.RequestedBy,
+		Reason: "cannot start: " + cause.Error()}
+	evs, err := rollout.Decide(rollout.State{}, cmd, a.now())
+	if err != nil {
+		a.Log.ErrorContext(ctx, "rollout cannot start, and its refusal cannot be recorded", "org", c.Org, "rollout", c.ID,
+			"pool", c.Pool, "revision", c.Revision, "reason", cause.Error(), "err", err)
+		return err
+	}
+	drafts := make([]events.Draft, len(evs))
+	for i, e := range evs {
+		drafts[i] = events.Draft{Payload: e.(events.Payload)}
+	}
+	_, err = a.Store.Append(ctx, ref(c.Org, c.ID), 0, drafts...)
+	var conflict *events.ConflictError
+	if errors.As(err, &conflict) {
+		return nil // the rollout exists already: started or refused by another delivery
+	}
+	if err != nil {
+		return errs.Unavailable("recording that rollout %s cannot start: %v", c.ID, err)
+	}
+	a.Log.WarnContext(ctx, "rollout refused", "org", c.Org, "rollout", c.ID, "pool", c.Pool, "revision", c.Revision,
+		"reason", cause.Error())
+	return nil
 }
 
 // StartRequested starts a rollout that a user asked for directly (one

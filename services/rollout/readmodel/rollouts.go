@@ -68,7 +68,7 @@ func (m *Rollouts) Apply(env *events.Envelope, payload any) error {
 		e.at = events.Envelope{Time: env.Time}
 	}
 	m.checkpoint = env.Sequence
-	active := e.view.ID != "" && !e.view.Status.Final()
+	active := e.view.ID != "" && !e.view.Over()
 	m.mu.Unlock()
 	if (ok || created) && m.OnChange != nil {
 		m.OnChange(env.Org, env.AggregateID, created, active)
@@ -114,7 +114,7 @@ func (m *Rollouts) Active() []app.Snapshot {
 	defer m.mu.RUnlock()
 	var out []app.Snapshot
 	for _, e := range m.order {
-		if !e.view.Status.Final() {
+		if !e.view.Over() {
 			out = append(out, app.Snapshot{Org: e.org, State: e.view.State(), Version: e.version})
 		}
 	}
@@ -188,7 +188,7 @@ func (m *Rollouts) Log(org, id string, after, limit int) (app.LogSlice, bool) {
 	end := min(after+limit, len(log))
 	return app.LogSlice{
 		Entries: slices.Clone(log[after:end]), Next: end, Status: string(e.view.Status),
-		Final: e.view.Status.Final() && end == len(log),
+		Final: e.view.Over() && end == len(log),
 	}, true
 }
 

@@ -66,6 +66,9 @@ func tenMachines(s *stack) {
 	if c := s.cordoned(pool + "-"); len(c) > 0 {
 		s.t.Fatalf("nodes left cordoned: %v", c)
 	}
+	if bad := s.mislabelled(pool+"-", "anvil.dev/gen", "2"); len(bad) > 0 {
+		s.t.Fatalf("nodes without revision 2's label: %v", bad)
+	}
 	lines := s.log(org, r.ID)
 	wantSteps := []string{"begun", "cordon started", "cordon succeeded", "drain started", "drain succeeded",
 		"reboot started", "reboot succeeded", "wait_boot started", "wait_boot succeeded",
@@ -104,6 +107,9 @@ func tenMachines(s *stack) {
 		s.t.Fatalf("rollback %+v %+v", rb.Rollback, rb.Progress)
 	}
 	s.registryAll(org, pool, "ready", 1)
+	if bad := s.mislabelled(pool+"-", "anvil.dev/gen", "1"); len(bad) > 0 {
+		s.t.Fatalf("nodes without revision 1's label after the rollback: %v", bad)
+	}
 	for _, m := range ms {
 		if m.BootedRevision() == "" || len(m.Reboots()) != 2 {
 			s.t.Fatalf("%s: %d reboots after the rollback, want 2", m.Hostname(), len(m.Reboots()))

@@ -40,7 +40,8 @@ type Config struct {
 	Poll     time.Duration // --poll / ANVIL_ROLLOUT_POLL
 	Replan   time.Duration // --replan / ANVIL_ROLLOUT_REPLAN
 	// RemediationMaxInFlight: --remediation-max-in-flight /
-	// ANVIL_ROLLOUT_REMEDIATION_MAX_IN_FLIGHT
+	// ANVIL_ROLLOUT_REMEDIATION_MAX_IN_FLIGHT; a pool's
+	// rollout.remediation overrides it.
 	RemediationMaxInFlight int
 }
 
@@ -56,7 +57,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Replan, "replan", envDuration("ANVIL_ROLLOUT_REPLAN", 30*time.Second),
 		"safety-net interval at which each rollout is planned again without any event (env ANVIL_ROLLOUT_REPLAN)")
 	fs.IntVar(&c.RemediationMaxInFlight, "remediation-max-in-flight", svc.EnvInt("ANVIL_ROLLOUT_REMEDIATION_MAX_IN_FLIGHT", 0),
-		"give a machine that booted but never came back one more reboot, at most this many machines of a rollout at a time; 0 disables (env ANVIL_ROLLOUT_REMEDIATION_MAX_IN_FLIGHT)")
+		"give a machine that booted but never came back one more reboot, at most this many machines of a rollout at a time; 0 disables; the default for pools whose rollout.remediation is not set (env ANVIL_ROLLOUT_REMEDIATION_MAX_IN_FLIGHT)")
 }
 
 func envDuration(name string, def time.Duration) time.Duration {

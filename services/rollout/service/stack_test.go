@@ -92,9 +92,10 @@ func newStack(t testing.TB) *stack {
 	}, func() { s.regs = <-ready })
 
 	bready := make(chan *bootservice.Service, 1)
-	// The simulator's assets for the catalog: the revisions service checks
-	// a revision's files with the boot service before saving it.
-	assets, err := simassets.Dir(t.TempDir(), k8sVersions)
+	// The simulator's assets for the catalog (and for the patch release
+	// platform_test.go adds to it): the revisions service checks a
+	// revision's files with the boot service before saving it.
+	assets, err := simassets.Dir(t.TempDir(), k8sVersions, platformPatch)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -463,6 +464,23 @@ func (s *stack) cordoned(prefix string) []string {
 	for _, n := range list.Items {
 		if strings.HasPrefix(n.Name, prefix) && n.Spec.Unschedulable {
 			out = append(out, n.Name)
+		}
+	}
+	return out
+}
+
+// mislabelled lists the nodes whose name starts with prefix and whose label
+// key is not value: the rollout puts each revision's labels on the node.
+func (s *stack) mislabelled(prefix, key, value string) []string {
+	s.t.Helper()
+	list, err := s.cp.Client.CoreV1().Nodes().List(s.ctx, metav1.ListOptions{})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	var out []string
+	for _, n := range list.Items {
+		if strings.HasPrefix(n.Name, prefix) && n.Labels[key] != value {
+			out = append(out, n.Name+"="+n.Labels[key])
 		}
 	}
 	return out

@@ -37,13 +37,6 @@ import (
 	"github.com/anvil-fleet/anvil/tools/testos/selftest/vmtest"
 )
 
-// kubeletClientCA is where kubeadm join puts the cluster CA on a node
-// (JoinConfiguration.caCertPath's default).
-const kubeletClientCA = `authentication:
-  x509:
-    clientCAFile: /etc/kubernetes/pki/ca.crt
-`
-
 func TestKubeadmJoinFromTheTestOS(t *testing.T) {
 	qemu := vmtest.FindQEMU(t)
 	repo := vmtest.RepoRoot(t)
@@ -53,12 +46,6 @@ func TestKubeadmJoinFromTheTestOS(t *testing.T) {
 
 	cp := kubeharness.Start(t, kubeharness.WithKubeadm(kubeharness.Kubeadm{
 		KubeadmPath: filepath.Join(node.Dir, "kubeadm"),
-		// kubeadm fills clientCAFile from the ClusterConfiguration's
-		// certificatesDir, which is the harness's directory on this host;
-		// the kubelet on the VM then fails to start ("open
-		// /tmp/.../pki/ca.crt: no such file or directory"). kubeadm join
-		// writes the CA where a node keeps it, so point the kubelet there.
-		KubeletConfiguration: kubeharness.DefaultKubeletConfiguration + kubeletClientCA,
 	}))
 	join := cp.Join
 	if join == nil {

@@ -10,10 +10,7 @@ default. Every name here is read by the service's RegisterFlags. */}}
 {{- define "anvil.env.revisions" -}}
 {{- $c := .Values.revisions }}
 - name: ANVIL_REVISIONS_ENCRYPTION_KEYS
-  valueFrom:
-    secretKeyRef:
-      name: {{ include "anvil.encryptionKeysSecret" . }}
-      key: {{ ternary $c.encryptionKeys.existingSecretKey "keys" (ne $c.encryptionKeys.existingSecret "") }}
+  {{- include "anvil.credentialRef" (dict "root" . "id" "encryptionKeys") | nindent 2 }}
 {{- include "anvil.optEnv" (dict "name" "ANVIL_BOOT_PUBLIC_URL" "value" (include "anvil.bootURL" .)) }}
 {{- if and $c.agentURL (not $c.agentHash) }}
 {{- fail "revisions.agentHash is required with revisions.agentURL: Ignition verifies every file it fetches (sha512-<hex> of the binary)" }}
@@ -81,10 +78,7 @@ default. Every name here is read by the service's RegisterFlags. */}}
   value: {{ .Values.adminToken.hash | quote }}
 {{- else }}
 - name: ANVIL_ADMIN_TOKEN
-  valueFrom:
-    secretKeyRef:
-      name: {{ include "anvil.adminTokenSecret" . }}
-      key: {{ ternary .Values.adminToken.existingSecretKey "token" (ne .Values.adminToken.existingSecret "") }}
+  {{- include "anvil.credentialRef" (dict "root" . "id" "adminToken") | nindent 2 }}
 {{- end }}
 {{- include "anvil.optEnv" (dict "name" "ANVIL_GATEWAY_BODY_LIMIT" "value" (int64 $c.bodyLimit)) }}
 {{- include "anvil.optEnv" (dict "name" "ANVIL_GATEWAY_IDEMPOTENCY_TTL" "value" $c.idempotencyTTL) }}

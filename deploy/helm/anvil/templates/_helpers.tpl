@@ -46,18 +46,23 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 {{- end -}}
 
-{{/* An image reference; call with (dict "root" $ "name" "anvil-registry" "tag" ""). */}}
+{{/* An image reference; call with (dict "root" $ "name" "anvil-registry" "tag" "" "digest" "").
+With a digest the reference is <name>:<tag>@<digest>: the runtime pulls by digest, the tag stays
+for people reading it. */}}
 {{- define "anvil.image" -}}
 {{- $v := .root.Values.image -}}
 {{- $tag := .tag | default $v.tag | default .root.Chart.AppVersion -}}
 {{- $repo := $v.repository | trimSuffix "/" -}}
+{{- $ref := printf "%s:%s" .name $tag -}}
 {{- if $v.registry -}}
-{{- printf "%s/%s/%s:%s" ($v.registry | trimSuffix "/") $repo .name $tag -}}
+{{- $ref = printf "%s/%s/%s:%s" ($v.registry | trimSuffix "/") $repo .name $tag -}}
 {{- else if $repo -}}
-{{- printf "%s/%s:%s" $repo .name $tag -}}
-{{- else -}}
-{{- printf "%s:%s" .name $tag -}}
+{{- $ref = printf "%s/%s:%s" $repo .name $tag -}}
 {{- end -}}
+{{- if .digest -}}
+{{- $ref = printf "%s@%s" $ref .digest -}}
+{{- end -}}
+{{- $ref -}}
 {{- end -}}
 
 {{- define "anvil.serviceAccountName" -}}
@@ -69,7 +74,9 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 {{- end -}}
 
-{{/* The container port that serves /healthz, /readyz and /metrics. */}}
+{{/* The container port that serves /healthz and /readyz: the gateway and boot are probed on the
+port they serve (the admin port has the same checks, but would not prove that port answers), the
+others on their admin port. /metrics is on the admin port ("metrics") of every service. */}}
 {{- define "anvil.healthPort" -}}
 {{- if or (eq . "gateway") (eq . "boot") -}}http{{- else -}}metrics{{- end -}}
 {{- end -}}
@@ -89,20 +96,6 @@ app.kubernetes.io/component: {{ .component }}
 {{/* Whether the services authenticate with a user name and password. */}}
 {{- define "anvil.natsPasswordAuth" -}}
 {{- if or .Values.nats.bundled.enabled (eq .Values.nats.external.auth "password") -}}true{{- end -}}
-{{- end -}}
-
-{{/* The Secret that holds a service's NATS password or .creds. */}}
-{{- define "anvil.natsUserSecret" -}}
-{{- $u := index .root.Values.nats.users .component -}}
-{{- $u.existingSecret | default (printf "%s-nats-%s" (include "anvil.fullname" .root) .component) -}}
-{{- end -}}
-
-{{- define "anvil.adminTokenSecret" -}}
-{{- .Values.adminToken.existingSecret | default (printf "%s-admin-token" (include "anvil.fullname" .)) -}}
-{{- end -}}
-
-{{- define "anvil.encryptionKeysSecret" -}}
-{{- .Values.revisions.encryptionKeys.existingSecret | default (printf "%s-revisions-encryption" (include "anvil.fullname" .)) -}}
 {{- end -}}
 
 {{/* The boot service's public URL, for the revisions service too. */}}
@@ -132,17 +125,6 @@ capabilities:
     - ALL
 seccompProfile:
   type: RuntimeDefault
-{{- end -}}
-
-{{/* Reuses a generated value from an existing Secret so that upgrades keep it; call with
-(dict "root" $ "name" "<secret>" "key" "<key>" "value" "<fresh value>"). Prints the plain value. */}}
-{{- define "anvil.keepSecretValue" -}}
-{{- $s := lookup "v1" "Secret" .root.Release.Namespace .name -}}
-{{- if and $s $s.data (hasKey $s.data .key) -}}
-{{- index $s.data .key | b64dec -}}
-{{- else -}}
-{{- .value -}}
-{{- end -}}
 {{- end -}}
 
 {{/* Adds NAME=value to an env list only when value is not empty. */}}

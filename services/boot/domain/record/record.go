@@ -2,8 +2,9 @@
 // beyond what the registry holds: the machine revisions it served the
 // machine (so that an agent's "booted mr-…" can be translated into the
 // registry's pool revision number, and an agent credential checked), the
-// revision the agent last reported, and the instructions waiting for or
-// acknowledged by the machine's agent.
+// revision the agent last reported, the instructions waiting for or
+// acknowledged by the machine's agent, and which of the credentials issued
+// to it are revoked.
 //
 // A Record is a value, stored as one JSON document per machine (a JetStream
 // KV entry keyed <org>.<uuid>) and changed only through its methods, each
@@ -78,6 +79,9 @@ type Record struct {
 	ReportedRevision uint64    `json:"reported,omitempty"`
 	// Instructions, oldest first.
 	Instructions []Instruction `json:"instructions,omitempty"`
+	// Revoked is the latest revocation of the machine's credentials (nil:
+	// none was ever revoked).
+	Revoked *Revocation `json:"revoked,omitempty"`
 }
 
 // Clone returns a deep copy, so that a method can be tried on a copy
@@ -85,6 +89,10 @@ type Record struct {
 func (r Record) Clone() Record {
 	r.Served = slices.Clone(r.Served)
 	r.Instructions = slices.Clone(r.Instructions)
+	if r.Revoked != nil {
+		v := *r.Revoked
+		r.Revoked = &v
+	}
 	return r
 }
 
@@ -168,6 +176,91 @@ func (r *Record) CredentialCurrent(mrid string, m *Machine) (ok, needMachine boo
 		return false, true
 	}
 	return s.Revision == m.CurrentRevision || (s.Pool == m.Pool && s.Revision == m.TargetRevision), true
+}
+
+// ---- revocation ----
+
+// Cause is the registry event that revoked a machine's credentials.
+type Cause string
+
+// The causes: the machine's life, or its life in a pool, ended.
+const (
+	CauseDeleted         Cause = "deleted"
+	CauseUnassigned      Cause = "unassigned"
+	CauseForceUnassigned Cause = "force_unassigned"
+	CauseRegistered      Cause = "registered_again"
+)
+
+// Causes lists every cause (for metrics).
+func Causes() []Cause {
+	return []Cause{CauseDeleted, CauseUnassigned, CauseForceUnassigned, CauseRegistered}
+}
+
+// Explain says what happened, for refusals.
+func (c Cause) Explain() string {
+	switch c {
+	case CauseDeleted:
+		return "the machine was deleted"
+	case CauseUnassigned:
+		return "the machine was unassigned from its pool"
+	case CauseForceUnassigned:
+		return "the machine was force-unassigned from its pool"
+	case CauseRegistered:
+		return "the machine registered itself again after it was deleted"
+	}
+	return "the machine's credentials were revoked"
+}
+
+// Revocation says which credentials of the machine no longer work: every
+// agent credential and per-boot token issued before Before. Times are kept
+// to the millisecond, as credentials carry them.
+type Revocation struct {
+	Before time.Time `json:"before"`
+	Cause  Cause     `json:"cause"`
+	// Seq is the stream sequence of the registry event that revoked them.
+	Seq uint64 `json:"seq,omitempty"`
+}
+
+// Revoke records that the credentials issued before `before` are revoked
+// because of cause (the registry event at stream sequence seq). It only
+// ever moves the bound forward, so that a redelivered or late event
+// changes nothing, and it drops what the record knew of the machine's
+// revisions before then (served, booted and reported revisions belong to
+// the life that ended; a machine revision served again is a new entry).
+//
+// A registration revokes only when there was a life before it, i.e. when
+// something was revoked already (every life ends with machine.deleted):
+// a machine's first registration has nothing to revoke, and recording one
+// would refuse the credentials of the version without an issue time that
+// a machine runs with since before revocation existed.
+func (r *Record) Revoke(before time.Time, cause Cause, seq uint64) bool {
+	before = before.Truncate(time.Millisecond).UTC()
+	if cause == CauseRegistered && r.Revoked == nil {
+		return false
+	}
+	if r.Revoked != nil && !before.After(r.Revoked.Before) {
+		return false
+	}
+	r.Revoked = &Revocation{Before: before, Cause: cause, Seq: seq}
+	r.Served = slices.DeleteFunc(r.Served, func(s Served) bool { return s.At.Before(before) })
+	if !r.BootedAt.After(before) {
+		r.BootedRevision, r.BootedAt, r.ReportedRevision = "", time.Time{}, 0
+	}
+	return true
+}
+
+// CredentialRevoked reports whether a credential or per-boot token issued
+// at issued is revoked. A zero issued is one of the versions that carry no
+// issue time: it is revoked as soon as anything was, since nothing tells
+// whether it was issued before.
+func (r *Record) CredentialRevoked(issued time.Time) bool {
+	if r.Revoked == nil {
+		return false
+	}
+	if issued.IsZero() {
+		return true
+	}
+	return issued.UnixMilli() < r.Revoked.Before.UnixMilli()
 }
 
 // ---- booted revisions ----

@@ -224,3 +224,77 @@ func TestValidateInstruction(t *testing.T) {
 		t.Errorf("%v", err)
 	}
 }
+
+func TestRevocation(t *testing.T) {
+	ms := time.Millisecond
+	var r Record
+	if r.CredentialRevoked(at(0)) || r.CredentialRevoked(time.Time{}) {
+		t.Fatal("nothing revoked yet")
+	}
+	// A first registration revokes nothing: there was no life before.
+	if r.Revoke(at(1), CauseRegistered, 3) || r.Revoked != nil {
+		t.Fatalf("first registration revoked: %+v", r.Revoked)
+	}
+	r.ObserveIgnition(Served{MachineRevisionID: mr1, Pool: "workers", Revision: 1, At: at(5)})
+	r.ObserveBooted(mr1, at(6))
+	r.MarkReported(1)
+	r.ObserveIgnition(Served{MachineRevisionID: mr2, Pool: "workers", Revision: 2, At: at(20)})
+
+	if !r.Revoke(at(10).Add(ms+300*time.Microsecond), CauseUnassigned, 7) {
+		t.Fatal("unassignment revoked nothing")
+	}
+	if r.Revoked.Before != at(10).Add(ms) || r.Revoked.Cause != CauseUnassigned || r.Revoked.Seq != 7 {
+		t.Errorf("revocation %+v (kept to the millisecond)", r.Revoked)
+	}
+	// What the record knew of the life before is gone; what came after stays.
+	if _, ok := r.ServedRevision(mr1); ok || len(r.Served) != 1 || r.BootedRevision != "" || r.ReportedRevision != 0 {
+		t.Errorf("after the revocation: %+v", r)
+	}
+	for _, tc := range []struct {
+		name    string
+		issued  time.Time
+		revoked bool
+	}{
+		{"long before", at(0), true},
+		{"the millisecond before", at(10), true},
+		{"the same millisecond", at(10).Add(ms), false},
+		{"within that millisecond", at(10).Add(ms + 999*time.Microsecond), false},
+		{"after", at(11), false},
+		{"no issue time (pb1, ac1)", time.Time{}, true},
+	} {
+		if got := r.CredentialRevoked(tc.issued); got != tc.revoked {
+			t.Errorf("%s: revoked=%v, want %v", tc.name, got, tc.revoked)
+		}
+	}
+	// Redelivered, late or older events change nothing.
+	for _, c := range []struct {
+		before time.Time
+		cause  Cause
+	}{
+		{at(10).Add(ms), CauseUnassigned},
+		{at(9), CauseDeleted},
+		{at(10), CauseRegistered},
+	} {
+		if r.Revoke(c.before, c.cause, 99) || r.Revoked.Cause != CauseUnassigned {
+			t.Errorf("revoke(%s, %s) changed the record: %+v", c.before, c.cause, r.Revoked)
+		}
+	}
+	// After a life ended, registering again moves the bound.
+	if !r.Revoke(at(30), CauseRegistered, 12) || r.Revoked.Before != at(30) || len(r.Served) != 0 {
+		t.Errorf("registration after a deletion: %+v %+v", r.Revoked, r.Served)
+	}
+	if !r.CredentialRevoked(at(20)) || r.CredentialRevoked(at(30)) {
+		t.Error("the new bound is not applied")
+	}
+	// Clone does not share the revocation.
+	c := r.Clone()
+	c.Revoke(at(40), CauseDeleted, 13)
+	if r.Revoked.Before != at(30) {
+		t.Error("a clone's revocation changed the original")
+	}
+	for _, cause := range Causes() {
+		if strings.Contains(cause.Explain(), "revoked") {
+			t.Errorf("%s has no explanation of its own", cause)
+		}
+	}
+}

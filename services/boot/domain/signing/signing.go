@@ -3,14 +3,22 @@
 //
 //   - the per-boot token, which /ipxe puts into the Ignition URL on the
 //     kernel command line, and /ignition checks. It binds the
-//     organization, the machine's UUID, the pool, the pool revision and an
-//     expiry:
-//     pb1.<base64url(org|uuid|pool|revision|expiry-unix)>.<base64url(HMAC)>
+//     organization, the machine's UUID, the pool, the pool revision, an
+//     expiry and the time it was issued:
+//     pb2.<base64url(org|uuid|pool|revision|expiry-unix|issued-unix-ms)>.<base64url(HMAC)>
 //   - the agent credential, which /ignition writes into the machine's
 //     agent.env and the agent API checks. It binds the organization, the
-//     UUID and the machine revision the machine was served, so it changes
-//     with every new revision:
-//     ac1_<org>_<machine revision id>_<base64url(HMAC[:24])>
+//     UUID, the machine revision the machine was served (so it changes
+//     with every new revision) and the time it was issued:
+//     ac2_<org>_<machine revision id>_<issued-unix-ms, base 36>_<base64url(HMAC[:18])>
+//
+// The issue time is what revocation works on: when a machine is deleted,
+// unassigned or registers again, everything issued to it before then is
+// refused (see record.Revocation). Without it, a machine's credential for
+// a machine revision would be the same string in every life of the
+// machine. The versions before (pb1, ac1) carry no issue time; they still
+// verify, and the caller decides (they are refused once anything was
+// revoked for the machine).
 //
 // Both are made of characters that need no quoting in a URL, a kernel
 // command line, an iPXE script, a data URL or JSON, and the credential
@@ -107,6 +115,9 @@ type BootClaims struct {
 	Pool     string
 	Revision uint64 // pool revision number
 	Expires  time.Time
+	// Issued is when the token was issued, to the millisecond; zero for a
+	// token of the version before (pb1), which carries none.
+	Issued time.Time
 }
 
 // Refusal reasons of the verifiers, for logs and metrics.
@@ -138,12 +149,17 @@ func ReasonOf(err error) string {
 	return ""
 }
 
-const bootPrefix = "pb1"
+const (
+	bootPrefix       = "pb2"
+	legacyBootPrefix = "pb1" // no issue time; verified, never issued
+)
 
 // SignBoot makes a per-boot token. Org and pool are RFC 1123 labels and
-// the UUID canonical, so none holds the '|' separator.
+// the UUID canonical, so none holds the '|' separator. Issued is kept to
+// the millisecond (a zero Issued is taken as the start of 1970).
 func (k Keys) SignBoot(c BootClaims) string {
-	payload := strings.Join([]string{c.Org, c.UUID, c.Pool, strconv.FormatUint(c.Revision, 10), strconv.FormatInt(c.Expires.Unix(), 10)}, "|")
+	payload := strings.Join([]string{c.Org, c.UUID, c.Pool, strconv.FormatUint(c.Revision, 10), strconv.FormatInt(c.Expires.Unix(), 10),
+		strconv.FormatInt(max(c.Issued.UnixMilli(), 1), 10)}, "|")
 	sig := mac(k.boot[0], bootPrefix, payload)
 	return bootPrefix + "." + b64.EncodeToString([]byte(payload)) + "." + b64.EncodeToString(sig)
 }
@@ -153,9 +169,18 @@ func (k Keys) VerifyBoot(token, uuid string, now time.Time) (BootClaims, error) 
 	if len(token) > 512 {
 		return BootClaims{}, refuse(ReasonMalformed, "the per-boot token is too long")
 	}
-	parts := strings.Split(token, ".")
-	if len(parts) != 3 || parts[0] != bootPrefix {
+	// The base64 decoder skips line breaks: without this, one token would
+	// have many spellings.
+	if !urlSafe(token, true) {
 		return BootClaims{}, refuse(ReasonMalformed, "the per-boot token is malformed")
+	}
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 || parts[0] != bootPrefix && parts[0] != legacyBootPrefix {
+		return BootClaims{}, refuse(ReasonMalformed, "the per-boot token is malformed")
+	}
+	fields := 6
+	if parts[0] == legacyBootPrefix {
+		fields = 5
 	}
 	payload, err1 := b64.DecodeString(parts[1])
 	sig, err2 := b64.DecodeString(parts[2])
@@ -164,7 +189,7 @@ func (k Keys) VerifyBoot(token, uuid string, now time.Time) (BootClaims, error) 
 	}
 	ok := false
 	for _, key := range k.boot {
-		if hmac.Equal(sig, mac(key, bootPrefix, string(payload))) {
+		if hmac.Equal(sig, mac(key, parts[0], string(payload))) {
 			ok = true
 		}
 	}
@@ -172,7 +197,7 @@ func (k Keys) VerifyBoot(token, uuid string, now time.Time) (BootClaims, error) 
 		return BootClaims{}, refuse(ReasonSignature, "the per-boot token was not issued by this boot service")
 	}
 	f := strings.Split(string(payload), "|")
-	if len(f) != 5 {
+	if len(f) != fields {
 		return BootClaims{}, refuse(ReasonMalformed, "the per-boot token is malformed")
 	}
 	rev, err1 := strconv.ParseUint(f[3], 10, 64)
@@ -181,6 +206,13 @@ func (k Keys) VerifyBoot(token, uuid string, now time.Time) (BootClaims, error) 
 		return BootClaims{}, refuse(ReasonMalformed, "the per-boot token is malformed")
 	}
 	c := BootClaims{Org: f[0], UUID: f[1], Pool: f[2], Revision: rev, Expires: time.Unix(exp, 0).UTC()}
+	if fields == 6 {
+		ms, err := strconv.ParseInt(f[5], 10, 64)
+		if err != nil || ms <= 0 {
+			return BootClaims{}, refuse(ReasonMalformed, "the per-boot token is malformed")
+		}
+		c.Issued = time.UnixMilli(ms).UTC()
+	}
 	if c.UUID != uuid {
 		return BootClaims{}, refuse(ReasonMachine, "the per-boot token was issued to another machine")
 	}
@@ -193,34 +225,52 @@ func (k Keys) VerifyBoot(token, uuid string, now time.Time) (BootClaims, error) 
 // ---- agent credential ----
 
 const (
-	credPrefix = "ac1"
-	credMACLen = 24 // bytes of HMAC kept: 192 bits
+	credPrefix       = "ac2"
+	credMACLen       = 18 // bytes of HMAC kept: 144 bits, so that the issue time fits in 128 characters
+	legacyCredPrefix = "ac1"
+	legacyCredMACLen = 24
+	// MaxCredentialLen is the longest credential: the renderer's pattern
+	// allows 128 characters.
+	MaxCredentialLen = 128
 )
 
 // Credential is what an agent credential binds besides the UUID.
 type Credential struct {
 	Org               string
 	MachineRevisionID string
+	// Issued is when it was issued, to the millisecond; zero for a
+	// credential of the version before (ac1), which carries none.
+	Issued time.Time
 }
 
+// Legacy reports whether the credential is of the version without an
+// issue time.
+func (c Credential) Legacy() bool { return c.Issued.IsZero() }
+
 // SignCredential makes the agent credential of machine uuid of org booted
-// with machine revision mrid. Org is an RFC 1123 label of at most 63
-// characters and mrid "mr-" and 20 hex digits, so the credential is at most
-// 124 characters.
-func (k Keys) SignCredential(org, uuid, mrid string) string {
-	sig := mac(k.agent[0], credPrefix, org, uuid, mrid)[:credMACLen]
-	return credPrefix + "_" + org + "_" + mrid + "_" + b64.EncodeToString(sig)
+// with machine revision mrid at issued (kept to the millisecond). Org is
+// an RFC 1123 label of at most 63 characters and mrid "mr-" and 20 hex
+// digits, so the credential is at most 125 characters until the year 2059
+// (the issue time grows by one character then).
+func (k Keys) SignCredential(org, uuid, mrid string, issued time.Time) string {
+	at := strconv.FormatInt(max(issued.UnixMilli(), 1), 36)
+	sig := mac(k.agent[0], credPrefix, org, uuid, mrid, at)[:credMACLen]
+	return credPrefix + "_" + org + "_" + mrid + "_" + at + "_" + b64.EncodeToString(sig)
 }
 
 // VerifyCredential checks a credential presented for machine uuid.
 func (k Keys) VerifyCredential(cred, uuid string) (Credential, error) {
-	org, mrid, sig, err := ParseCredential(cred)
+	p, err := ParseCredential(cred)
 	if err != nil {
 		return Credential{}, err
 	}
+	parts := []string{p.Version, p.Org, uuid, p.MachineRevisionID}
+	if p.Version == credPrefix {
+		parts = append(parts, p.issued)
+	}
 	ok := false
 	for _, key := range k.agent {
-		if hmac.Equal(sig, mac(key, credPrefix, org, uuid, mrid)[:credMACLen]) {
+		if hmac.Equal(p.Signature, mac(key, parts...)[:len(p.Signature)]) {
 			ok = true
 		}
 	}
@@ -229,25 +279,76 @@ func (k Keys) VerifyCredential(cred, uuid string) (Credential, error) {
 		// part of what is signed.
 		return Credential{}, refuse(ReasonSignature, "the agent credential is not valid for this machine")
 	}
-	return Credential{Org: org, MachineRevisionID: mrid}, nil
+	return p.Credential, nil
+}
+
+// ParsedCredential is a credential split into its parts, its signature not
+// checked.
+type ParsedCredential struct {
+	Credential
+	Version   string // "ac2", or "ac1" (no issue time)
+	Signature []byte
+	issued    string // the issue time as written
+}
+
+// String writes the credential back; a parsed credential gives the string
+// it was parsed from.
+func (p ParsedCredential) String() string {
+	s := p.Version + "_" + p.Org + "_" + p.MachineRevisionID + "_"
+	if p.Version == credPrefix {
+		s += p.issued + "_"
+	}
+	return s + b64.EncodeToString(p.Signature)
 }
 
 // ParseCredential splits a credential into its parts without checking the
-// signature.
-func ParseCredential(cred string) (org, mrid string, sig []byte, err error) {
+// signature. Every part must be in its one canonical form, so that a
+// credential has exactly one spelling.
+func ParseCredential(cred string) (ParsedCredential, error) {
 	bad := refuse(ReasonMalformed, "the agent credential is malformed")
-	if len(cred) > 128 {
-		return "", "", nil, bad
+	if len(cred) > MaxCredentialLen || !urlSafe(cred, false) {
+		return ParsedCredential{}, bad
 	}
-	parts := strings.SplitN(cred, "_", 4)
-	if len(parts) != 4 || parts[0] != credPrefix || !orgID(parts[1]) || !MachineRevisionID(parts[2]) {
-		return "", "", nil, bad
+	version, rest, _ := strings.Cut(cred, "_")
+	n, macLen := 5, credMACLen
+	switch version {
+	case credPrefix:
+	case legacyCredPrefix:
+		n, macLen = 4, legacyCredMACLen
+	default:
+		return ParsedCredential{}, bad
 	}
-	sig, e := b64.DecodeString(parts[3])
-	if e != nil || len(sig) != credMACLen {
-		return "", "", nil, bad
+	// The signature is base64url, which may hold '_': split off the
+	// fixed parts from the left and leave it whole.
+	parts := strings.SplitN(rest, "_", n-1)
+	if len(parts) != n-1 || !orgID(parts[0]) || !MachineRevisionID(parts[1]) {
+		return ParsedCredential{}, bad
 	}
-	return parts[1], parts[2], sig, nil
+	p := ParsedCredential{Version: version, Credential: Credential{Org: parts[0], MachineRevisionID: parts[1]}}
+	if version == credPrefix {
+		ms, err := strconv.ParseInt(parts[2], 36, 64)
+		if err != nil || ms <= 0 || strconv.FormatInt(ms, 36) != parts[2] {
+			return ParsedCredential{}, bad
+		}
+		p.issued, p.Issued = parts[2], time.UnixMilli(ms).UTC()
+	}
+	sig, err := b64.DecodeString(parts[n-2])
+	if err != nil || len(sig) != macLen {
+		return ParsedCredential{}, bad
+	}
+	p.Signature = sig
+	return p, nil
+}
+
+// urlSafe reports whether s holds only [A-Za-z0-9_-] (and '.' if dots).
+func urlSafe(s string, dots bool) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || dots && c == '.') {
+			return false
+		}
+	}
+	return true
 }
 
 // orgID accepts an RFC 1123 label of at most 63 characters.

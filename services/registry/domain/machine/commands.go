@@ -114,6 +114,10 @@ type RecordIPXEBoot struct {
 	// RetryIn is the delay the boot script tells the firmware to wait
 	// before it asks again (0: none given).
 	RetryIn time.Duration `json:"retry_in,omitempty"`
+	// RecordEvery, when positive, records a boot that changes nothing at
+	// most once per RecordEvery (see IPXEBootDue). The registry sets it
+	// from its setting; it is not part of the command's JSON.
+	RecordEvery time.Duration `json:"-"`
 }
 
 type RecordIgnition struct {
@@ -373,6 +377,9 @@ func (c RecordIPXEBoot) decide(s *State, _ time.Time) ([]any, error) {
 	}
 	if c.At.Before(s.LastIPXEBootAt) || (c.At.Equal(s.LastIPXEBootAt) && !retryBy.After(s.IPXERetryBy)) {
 		return nil, nil
+	}
+	if !IPXEBootDue(*s, c.At, c.RetryIn, c.RecordEvery) {
+		return nil, nil // a retry that changes nothing: its time is kept outside the log
 	}
 	return one(IPXEBooted{At: c.At.UTC(), RetryBy: retryBy})
 }

@@ -90,6 +90,11 @@ type State struct {
 	// without an agent is alive in its boot loop, not offline.
 	IPXERetryBy    time.Time `json:"ipxe_retry_by,omitzero"`
 	LastIgnitionAt time.Time `json:"last_ignition_at,omitzero"`
+
+	// ipxe is what IPXEBootDue decides on. It is derived from events like
+	// the rest, but not shown: an API read or a snapshot leaves it zero,
+	// which only means that the next boot is recorded.
+	ipxe ipxeMark
 }
 
 // Exists reports whether the machine exists.
@@ -307,6 +312,7 @@ func (s *State) Apply(event any) {
 	}
 	if s.Exists() {
 		s.NodeName = NodeNameOf(s.Hostname, s.UUID)
+		s.ipxe = markIPXE(event)
 	}
 }
 

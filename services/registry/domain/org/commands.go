@@ -57,7 +57,12 @@ type IssueEnrollmentToken struct {
 	Hash      token.Hash `json:"hash"`
 	Name      string     `json:"name,omitempty"`
 	ExpiresAt time.Time  `json:"expires_at,omitzero"`
+	// MaxMachines caps how many machines the token may register (0: no cap).
+	MaxMachines int `json:"max_machines,omitempty"`
 }
+
+// MaxMachinesLimit is the largest max_machines an enrollment token may have.
+const MaxMachinesLimit = 1_000_000
 
 // RevokeToken revokes a token of either kind. Revoking twice is a no-op.
 type RevokeToken struct {
@@ -158,6 +163,9 @@ func (c IssueAPIToken) decide(s *State, now time.Time) ([]any, error) {
 func (c IssueEnrollmentToken) decide(s *State, now time.Time) ([]any, error) {
 	var f errs.Fields
 	validateIssue(&f, c.TokenID, c.Hash, c.Name, c.ExpiresAt, now)
+	if c.MaxMachines < 0 || c.MaxMachines > MaxMachinesLimit {
+		f.Add("max_machines", "must be between 1 and %d, or 0 (or absent) for no cap; got %d", MaxMachinesLimit, c.MaxMachines)
+	}
 	if err := f.Err(); err != nil {
 		return nil, err
 	}
@@ -169,7 +177,7 @@ func (c IssueEnrollmentToken) decide(s *State, now time.Time) ([]any, error) {
 	}
 	return []any{EnrollmentTokenIssued{
 		TokenID: c.TokenID, Name: c.Name, Hash: c.Hash,
-		IssuedAt: now.UTC(), ExpiresAt: utc(c.ExpiresAt),
+		IssuedAt: now.UTC(), ExpiresAt: utc(c.ExpiresAt), MaxMachines: c.MaxMachines,
 	}}, nil
 }
 

@@ -40,6 +40,9 @@ type EnrollmentTokenIssued struct {
 	Hash      token.Hash `json:"hash"`
 	IssuedAt  time.Time  `json:"issued_at"`
 	ExpiresAt time.Time  `json:"expires_at,omitzero"`
+	// MaxMachines caps how many machines the token may register; 0 (and
+	// events from before the cap existed) means no cap.
+	MaxMachines int `json:"max_machines,omitempty"`
 }
 
 // EnrollmentTokenRevoked: the enrollment token no longer admits machines.

@@ -48,6 +48,9 @@ type Token struct {
 	Name     string    `json:"name,omitempty"`
 	Role     Role      `json:"role,omitempty"` // API tokens only
 	IssuedAt time.Time `json:"issued_at"`
+	// MaxMachines caps how many machines an enrollment token may register
+	// (0: no cap).
+	MaxMachines int `json:"max_machines,omitempty"`
 }
 
 // TokenStatus is a token's state at a given instant.
@@ -69,6 +72,13 @@ type TokenInfo struct {
 	ExpiresAt time.Time   `json:"expires_at,omitzero"`
 	RevokedAt time.Time   `json:"revoked_at,omitzero"`
 	Status    TokenStatus `json:"status"`
+	// MaxMachines (enrollment tokens) is how many machines the token may
+	// register in all; absent: no cap.
+	MaxMachines int `json:"max_machines,omitempty"`
+	// RegisteredMachines (enrollment tokens) is how many machines it has
+	// registered so far, as the registry counts them against MaxMachines.
+	// Absent when it is not known (API tokens).
+	RegisteredMachines *int `json:"registered_machines,omitempty"`
 }
 
 // State is the organization as folded from its events. The zero value is an
@@ -104,9 +114,10 @@ func (s *State) Apply(event any) {
 		})
 	case EnrollmentTokenIssued:
 		s.putToken(Token{
-			Stored:   token.Stored{ID: e.TokenID, Kind: token.KindEnrollment, Hash: e.Hash, ExpiresAt: utc(e.ExpiresAt)},
-			Name:     e.Name,
-			IssuedAt: utc(e.IssuedAt),
+			Stored:      token.Stored{ID: e.TokenID, Kind: token.KindEnrollment, Hash: e.Hash, ExpiresAt: utc(e.ExpiresAt)},
+			Name:        e.Name,
+			IssuedAt:    utc(e.IssuedAt),
+			MaxMachines: e.MaxMachines,
 		})
 	case APITokenRevoked:
 		s.revoke(e.TokenID, e.RevokedAt)
@@ -163,7 +174,7 @@ func (s *State) ListTokens(kind token.Kind, now time.Time) []TokenInfo {
 		}
 		out = append(out, TokenInfo{
 			ID: t.ID, Kind: t.Kind, Name: t.Name, Role: t.Role,
-			IssuedAt: t.IssuedAt, ExpiresAt: t.ExpiresAt, RevokedAt: t.RevokedAt, Status: st,
+			IssuedAt: t.IssuedAt, ExpiresAt: t.ExpiresAt, RevokedAt: t.RevokedAt, Status: st, MaxMachines: t.MaxMachines,
 		})
 	}
 	slices.SortFunc(out, func(a, b TokenInfo) int {

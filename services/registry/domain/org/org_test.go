@@ -194,3 +194,35 @@ func TestApplyIsTotal(t *testing.T) {
 		}
 	}
 }
+
+func TestEnrollmentTokenMaxMachines(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		max   int
+		field bool // refused, naming max_machines
+	}{
+		{"absent: no cap", 0, false},
+		{"one machine", 1, false},
+		{"the largest", MaxMachinesLimit, false},
+		{"negative", -1, true},
+		{"too large", MaxMachinesLimit + 1, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := created(t)
+			_, id, h, _ := token.Generate(token.KindEnrollment, rand.Reader)
+			evs, err := run(t, s, IssueEnrollmentToken{TokenID: id, Hash: h, Name: "rack-7", MaxMachines: tc.max})
+			if tc.field {
+				if got := fieldsOf(err); !reflect.DeepEqual(got, []string{"max_machines"}) {
+					t.Fatalf("fields %v (%v), want max_machines", got, err)
+				}
+				return
+			}
+			if err != nil || len(evs) != 1 || evs[0].(EnrollmentTokenIssued).MaxMachines != tc.max {
+				t.Fatalf("issue: %v %v", evs, err)
+			}
+			if l := s.ListTokens(token.KindEnrollment, now); len(l) != 1 || l[0].MaxMachines != tc.max {
+				t.Fatalf("the cap must be listed: %+v", l)
+			}
+		})
+	}
+}

@@ -18,7 +18,6 @@ import (
 	"github.com/anvil-fleet/anvil/services/revisions/domain/catalog"
 	"github.com/anvil-fleet/anvil/services/revisions/domain/check"
 	"github.com/anvil-fleet/anvil/services/revisions/domain/secret"
-	"gopkg.in/yaml.v3"
 )
 
 // Cluster is the state folded from a cluster's events. The zero value
@@ -364,29 +363,6 @@ func JoinEndpoint(apiEndpoint string) (string, error) {
 		port = "443"
 	}
 	return net.JoinHostPort(u.Hostname(), port), nil
-}
-
-// CheckKubeconfig does a light structural check: a YAML kubeconfig with at
-// least one cluster and one user. Reasons never quote the content.
-func CheckKubeconfig(kc secret.Secret) error {
-	s := kc.Reveal()
-	if strings.TrimSpace(s) == "" {
-		return fmt.Errorf("must not be empty")
-	}
-	if len(s) > 1<<20 {
-		return fmt.Errorf("must be at most 1 MiB")
-	}
-	var doc struct {
-		Clusters []any `yaml:"clusters"`
-		Users    []any `yaml:"users"`
-	}
-	if err := yaml.Unmarshal([]byte(s), &doc); err != nil {
-		return fmt.Errorf("is not a valid kubeconfig (YAML does not parse)")
-	}
-	if len(doc.Clusters) == 0 || len(doc.Users) == 0 {
-		return fmt.Errorf("is not a valid kubeconfig (needs at least one cluster and one user)")
-	}
-	return nil
 }
 
 func sortedKeys[V any](m map[string]V) []string {

@@ -1,14 +1,20 @@
 package pool
 
-import "time"
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"time"
+)
 
 // Created records a new pool. Its first revision follows in the same
 // append as a RevisionCreated.
 type Created struct {
-	Name        string  `json:"name"`
-	Cluster     string  `json:"cluster"`
-	DisplayName string  `json:"display_name"`
-	Rollout     Rollout `json:"rollout"`
+	Name                       string  `json:"name"`
+	Cluster                    string  `json:"cluster"`
+	DisplayName                string  `json:"display_name"`
+	Rollout                    Rollout `json:"rollout"`
+	AutoApplyPlatformRevisions bool    `json:"auto_apply_platform_revisions,omitempty"`
 }
 
 // RevisionCreated records a new immutable revision.
@@ -17,10 +23,12 @@ type RevisionCreated struct {
 }
 
 // SettingsChanged carries the new values of the settings that need no
-// reboot (and so make no revision).
+// reboot (and so make no revision). An event from before a setting
+// existed decodes it as its zero value, which is its default.
 type SettingsChanged struct {
-	DisplayName string  `json:"display_name"`
-	Rollout     Rollout `json:"rollout"`
+	DisplayName                string  `json:"display_name"`
+	Rollout                    Rollout `json:"rollout"`
+	AutoApplyPlatformRevisions bool    `json:"auto_apply_platform_revisions,omitempty"`
 }
 
 // ApplyRequested asks the rollout service to bring the pool's machines to
@@ -35,6 +43,18 @@ type ApplyRequested struct {
 	RequestedBy string    `json:"requested_by"`
 	RequestedAt time.Time `json:"requested_at"`
 	Rollout     Rollout   `json:"rollout"`
+	// RolloutID is the id of the rollout this request starts, known when
+	// the request is made so that the caller can follow it at once. Events
+	// from before it existed have none; the rollout service then derives
+	// one from the event's id.
+	RolloutID string `json:"rollout_id,omitempty"`
+}
+
+// RolloutIDOf is the id of the rollout that applying revision of pool at
+// the given time starts: the same request retried gets the same id.
+func RolloutIDOf(pool string, revision int, at time.Time) string {
+	sum := sha256.Sum256(fmt.Appendf(nil, "apply\x00%s\x00%d\x00%d", pool, revision, at.UnixNano()))
+	return "ro-" + hex.EncodeToString(sum[:10])
 }
 
 // Deleted records that the pool is gone; its name is not reused.

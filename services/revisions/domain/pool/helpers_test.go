@@ -30,7 +30,8 @@ func testCluster(t testing.TB, version string) *cluster.Cluster {
 	var c cluster.Cluster
 	evs, err := c.Create(cluster.Create{
 		Name: "prod", APIEndpoint: "https://api.prod.example:6443", KubernetesVersion: version,
-		Kubeconfig: "clusters: [{name: a}]\nusers: [{name: b}]\n", BootstrapToken: "abcdef.0123456789abcdef",
+		Kubeconfig: "clusters: [{name: a, cluster: {server: 'https://api.prod.example:6443'}}]\nusers: [{name: b, user: {token: t0k3n}}]\n" +
+			"contexts: [{name: c, context: {cluster: a, user: b}}]\ncurrent-context: c\n", BootstrapToken: "abcdef.0123456789abcdef",
 		CACertHash: "sha256:" + fmt.Sprintf("%064x", 1),
 	}, cluster.Sealer{Key: k, Nonces: rand.Reader})
 	if err != nil {

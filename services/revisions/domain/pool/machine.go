@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/anvil-fleet/anvil/libs/events/errs"
+	"github.com/anvil-fleet/anvil/services/revisions/api"
 	"github.com/anvil-fleet/anvil/services/revisions/domain/check"
 )
 
@@ -91,12 +92,5 @@ func (m MachineRevision) computeHash() string {
 // NodeLabels merges the pool's node labels with the machine's; the
 // machine's win.
 func (m MachineRevision) NodeLabels(rev Revision) map[string]string {
-	out := make(map[string]string, len(rev.Config.NodeLabels)+len(m.Labels))
-	for k, v := range rev.Config.NodeLabels {
-		out[k] = v
-	}
-	for k, v := range m.Labels {
-		out[k] = v
-	}
-	return out
+	return api.NodeLabels(rev.Config.NodeLabels, m.Labels)
 }

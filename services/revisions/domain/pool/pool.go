@@ -18,6 +18,11 @@ import (
 // PlatformAuthor is the author of revisions the platform makes itself.
 const PlatformAuthor = "anvil"
 
+// PlatformActor is who requests the apply of a platform-made revision
+// when the pool auto-applies them (pool.apply_requested's requested_by,
+// and the actor of the events the platform appends by itself).
+const PlatformActor = "platform"
+
 // Pool is the state folded from a pool's events. The zero value means the
 // pool does not exist.
 type Pool struct {
@@ -25,7 +30,10 @@ type Pool struct {
 	Cluster     string
 	DisplayName string
 	Rollout     Rollout
-	Revisions   []Revision // Revisions[i].Number == i+1
+	// AutoApplyPlatformRevisions: platform-made revisions are applied as
+	// they are made (see CreatePlatformRevision).
+	AutoApplyPlatformRevisions bool
+	Revisions                  []Revision // Revisions[i].Number == i+1
 	// AppliedRevision is the revision last asked to be rolled out (0: none).
 	AppliedRevision int
 	Deleted         bool
@@ -45,12 +53,14 @@ func (p *Pool) Apply(event any) {
 	case *Deleted:
 		p.Apply(*e)
 	case Created:
-		*p = Pool{Name: e.Name, Cluster: e.Cluster, DisplayName: e.DisplayName, Rollout: e.Rollout}
+		*p = Pool{Name: e.Name, Cluster: e.Cluster, DisplayName: e.DisplayName, Rollout: e.Rollout,
+			AutoApplyPlatformRevisions: e.AutoApplyPlatformRevisions}
 	case RevisionCreated:
 		p.Revisions = append(p.Revisions, e.Revision)
 	case SettingsChanged:
 		p.DisplayName = e.DisplayName
 		p.Rollout = e.Rollout
+		p.AutoApplyPlatformRevisions = e.AutoApplyPlatformRevisions
 	case ApplyRequested:
 		p.AppliedRevision = e.Revision
 	case Deleted:
@@ -79,7 +89,8 @@ func (p *Pool) Revision(n int) (Revision, error) {
 // Spec returns the pool's current spec (its latest revision's config).
 func (p *Pool) Spec() Spec {
 	latest, _ := p.Latest()
-	return Spec{DisplayName: p.DisplayName, Config: latest.Config, Rollout: p.Rollout}
+	return Spec{DisplayName: p.DisplayName, Config: latest.Config, Rollout: p.Rollout,
+		AutoApplyPlatformRevisions: p.AutoApplyPlatformRevisions}
 }
 
 // KubernetesVersion is the resolved kubelet version of the latest revision.
@@ -149,13 +160,15 @@ func (p *Pool) Create(cmd Create, env Env) ([]any, error) {
 	cfg = cfg.Normalize()
 	rev := Revision{Number: 1, Hash: cfg.Hash(), Config: cfg, Author: cmd.Author, Message: cmd.Message, CreatedAt: cmd.At.UTC()}
 	events := []any{
-		Created{Name: cmd.Name, Cluster: cmd.Cluster, DisplayName: cmd.Spec.DisplayName, Rollout: rollout},
+		Created{Name: cmd.Name, Cluster: cmd.Cluster, DisplayName: cmd.Spec.DisplayName, Rollout: rollout,
+			AutoApplyPlatformRevisions: cmd.Spec.AutoApplyPlatformRevisions},
 		RevisionCreated{Revision: rev},
 	}
 	if cmd.Apply {
 		events = append(events, ApplyRequested{
 			Pool: cmd.Name, Cluster: cmd.Cluster, Revision: 1, Hash: rev.Hash,
 			RequestedBy: cmd.Author, RequestedAt: cmd.At.UTC(), Rollout: rollout,
+			RolloutID: RolloutIDOf(cmd.Name, 1, cmd.At),
 		})
 	}
 	return events, nil
@@ -163,7 +176,8 @@ func (p *Pool) Create(cmd Create, env Env) ([]any, error) {
 
 // Update saves a whole new spec. A change to Config makes exactly one new
 // revision (none if its hash equals the latest revision's); a change to
-// DisplayName or Rollout makes a SettingsChanged and no revision. With
+// DisplayName, Rollout or AutoApplyPlatformRevisions makes a
+// SettingsChanged and no revision. With
 // Apply, the latest revision (new or not) is requested for rollout unless
 // it is already the applied one.
 type Update struct {
@@ -194,8 +208,10 @@ func (p *Pool) Update(cmd Update, env Env) ([]any, error) {
 
 	var events []any
 	rollout := cmd.Spec.Rollout.WithDefaults()
-	if cmd.Spec.DisplayName != p.DisplayName || !sameJSON(rollout, p.Rollout) {
-		events = append(events, SettingsChanged{DisplayName: cmd.Spec.DisplayName, Rollout: rollout})
+	if cmd.Spec.DisplayName != p.DisplayName || !sameJSON(rollout, p.Rollout) ||
+		cmd.Spec.AutoApplyPlatformRevisions != p.AutoApplyPlatformRevisions {
+		events = append(events, SettingsChanged{DisplayName: cmd.Spec.DisplayName, Rollout: rollout,
+			AutoApplyPlatformRevisions: cmd.Spec.AutoApplyPlatformRevisions})
 	}
 	cfg := cmd.Spec.Config
 	cfg.Kubernetes.Version = version.String()
@@ -213,6 +229,7 @@ func (p *Pool) Update(cmd Update, env Env) ([]any, error) {
 			Pool: p.Name, Cluster: p.Cluster, Revision: target.Number, Hash: target.Hash,
 			Rollback:    target.Number < p.AppliedRevision,
 			RequestedBy: cmd.Author, RequestedAt: cmd.At.UTC(), Rollout: rollout,
+			RolloutID: RolloutIDOf(p.Name, target.Number, cmd.At),
 		})
 	}
 	return events, nil
@@ -253,20 +270,34 @@ func (p *Pool) ApplyRevision(cmd ApplyRevision, env Env) ([]any, error) {
 		Pool: p.Name, Cluster: p.Cluster, Revision: rev.Number, Hash: rev.Hash,
 		Rollback:    rev.Number < p.AppliedRevision,
 		RequestedBy: cmd.RequestedBy, RequestedAt: cmd.At.UTC(), Rollout: p.Rollout,
+		RolloutID: RolloutIDOf(p.Name, rev.Number, cmd.At),
 	}}, nil
 }
 
 // CreatePlatformRevision raises the pool's Kubernetes patch version: the
-// platform's side of the shared responsibility. It makes a pending
-// revision (platform-made, not applied) or nothing if the pool is already
-// at that version or newer.
+// platform's side of the shared responsibility. It makes a platform-made
+// revision, or nothing if the pool is already at that version or newer.
+// The revision is pending unless the pool auto-applies platform revisions
+// (see CreatePlatformRevision's decision).
 type CreatePlatformRevision struct {
 	KubernetesVersion string    `json:"kubernetes_version"`
 	Message           string    `json:"message,omitempty"`
 	At                time.Time `json:"at"`
+	// ApplyHeld, when set, is why the revision must not be applied even
+	// if the pool auto-applies them (the boot service cannot serve its
+	// files); it goes into the revision's message.
+	ApplyHeld string `json:"apply_held,omitempty"`
 }
 
-// CreatePlatformRevision decides a platform-made patch revision.
+// CreatePlatformRevision decides a platform-made patch revision. If the
+// pool auto-applies platform revisions, the same append also requests its
+// rollout (requested by PlatformActor), which the rollout service holds
+// until a maintenance window opens. It does so only when the config it
+// carries forward is the applied one but for the Kubernetes version: a
+// revision someone saved but did not apply would otherwise be rolled out
+// with it (platform revisions left pending in between are fine: they only
+// raised the version). The revision's message says what was decided and
+// why.
 func (p *Pool) CreatePlatformRevision(cmd CreatePlatformRevision, env Env) ([]any, error) {
 	if err := p.mustExist(); err != nil {
 		return nil, err
@@ -294,12 +325,54 @@ func (p *Pool) CreatePlatformRevision(cmd CreatePlatformRevision, env Env) ([]an
 	if msg == "" {
 		msg = fmt.Sprintf("Kubernetes patch release %s (was %s)", v, current)
 	}
+	apply := false
+	if p.AutoApplyPlatformRevisions {
+		switch {
+		case cmd.ApplyHeld != "":
+			msg += "; not applied automatically: " + cmd.ApplyHeld
+		case p.AppliedRevision == 0:
+			msg += "; not applied automatically although the pool auto-applies platform revisions: none of its revisions was ever applied; apply it yourself"
+		case p.unappliedUserRevision() != 0:
+			msg += fmt.Sprintf("; not applied automatically although the pool auto-applies platform revisions: it carries forward revision %d, "+
+				"which was saved but not applied (the applied one is %d), and applying it would roll that change out too; apply it yourself",
+				p.unappliedUserRevision(), p.AppliedRevision)
+		default:
+			apply = true
+			msg += "; applied automatically because the pool auto-applies platform revisions"
+			if len(p.Rollout.MaintenanceWindows) > 0 {
+				msg += ", in its maintenance windows"
+			} else {
+				msg += " (it has no maintenance windows, so at once)"
+			}
+		}
+	}
 	cfg := latest.Config.Normalize()
 	cfg.Kubernetes.Version = v.String()
-	return []any{RevisionCreated{Revision: Revision{
+	rev := Revision{
 		Number: latest.Number + 1, Hash: cfg.Hash(), Config: cfg,
 		Author: PlatformAuthor, Message: msg, CreatedAt: cmd.At.UTC(), PlatformMade: true,
-	}}}, nil
+	}
+	events := []any{RevisionCreated{Revision: rev}}
+	if apply {
+		events = append(events, ApplyRequested{
+			Pool: p.Name, Cluster: p.Cluster, Revision: rev.Number, Hash: rev.Hash,
+			RequestedBy: PlatformActor, RequestedAt: cmd.At.UTC(), Rollout: p.Rollout,
+			RolloutID: RolloutIDOf(p.Name, rev.Number, cmd.At),
+		})
+	}
+	return events, nil
+}
+
+// unappliedUserRevision is the newest revision after the applied one
+// that a person made (0: none): the change a platform revision would
+// carry into a rollout unasked.
+func (p *Pool) unappliedUserRevision() int {
+	for i := len(p.Revisions) - 1; i >= 0 && p.Revisions[i].Number > p.AppliedRevision; i-- {
+		if !p.Revisions[i].PlatformMade {
+			return p.Revisions[i].Number
+		}
+	}
+	return 0
 }
 
 // Delete removes the pool. Whether machines still belong to it is the

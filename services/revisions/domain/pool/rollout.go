@@ -21,6 +21,32 @@ type Rollout struct {
 	DrainGracePeriod   *Duration    `json:"drain_grace_period,omitempty"` // nil: each pod's own terminationGracePeriodSeconds
 	NodeReadyTimeout   Duration     `json:"node_ready_timeout,omitempty"`
 	MaintenanceWindows []Window     `json:"maintenance_windows,omitempty"`
+	// Remediation is whether a rollout gives a machine that booted but
+	// never came back one more reboot; nil leaves it to the rollout
+	// service (--remediation-max-in-flight).
+	Remediation *Remediation `json:"remediation,omitempty"`
+}
+
+// Remediation is a pool's remediation setting: at most MaxInFlight
+// machines of a rollout are remediated at a time (one more reboot into
+// the revision, once per machine, when wait_boot or wait_ready timed
+// out); 0 turns remediation off.
+type Remediation struct {
+	MaxInFlight int `json:"max_in_flight"`
+}
+
+// MaxRemediationInFlight bounds Remediation.MaxInFlight (as the rollout
+// service bounds its flag).
+const MaxRemediationInFlight = 1000
+
+// ResolveRemediation is how many machines of a rollout may be remediated
+// at a time: the pool's setting, or fallback (the rollout service's
+// default) when the pool has none. 0: off.
+func (r Rollout) ResolveRemediation(fallback int) int {
+	if r.Remediation == nil {
+		return fallback
+	}
+	return r.Remediation.MaxInFlight
 }
 
 // Rollout defaults.
@@ -68,6 +94,9 @@ func (r Rollout) Validate() error {
 		f.Add("node_ready_timeout", "must be between 1m and 24h, got %s", r.NodeReadyTimeout)
 	} else if r.NodeReadyTimeout != 0 && r.NodeReadyTimeout < Duration(time.Minute) {
 		f.Add("node_ready_timeout", "must be at least 1m, got %s", r.NodeReadyTimeout)
+	}
+	if m := r.Remediation; m != nil && (m.MaxInFlight < 0 || m.MaxInFlight > MaxRemediationInFlight) {
+		f.Add("remediation.max_in_flight", "must be between 0 (off) and %d, got %d", MaxRemediationInFlight, m.MaxInFlight)
 	}
 	if len(r.MaintenanceWindows) > 32 {
 		f.Add("maintenance_windows", "at most 32 windows, got %d", len(r.MaintenanceWindows))

@@ -1,12 +1,17 @@
 package pool
 
 // Spec is everything a user sets on a pool. The embedded Config is the
-// reboot-relevant part that revisions snapshot; DisplayName and Rollout
-// change the pool without a revision. See docs/pool-fields.md.
+// reboot-relevant part that revisions snapshot; DisplayName, Rollout and
+// AutoApplyPlatformRevisions change the pool without a revision. See
+// docs/pool-fields.md.
 type Spec struct {
 	DisplayName string `json:"display_name"`
 	Config
 	Rollout Rollout `json:"rollout"`
+	// AutoApplyPlatformRevisions: a platform-made revision (a Kubernetes
+	// patch release) is also requested for rollout as soon as it is made;
+	// the rollout then waits for the pool's maintenance windows.
+	AutoApplyPlatformRevisions bool `json:"auto_apply_platform_revisions,omitempty"`
 }
 
 // Config is the part of a pool that needs a reboot to take effect. A

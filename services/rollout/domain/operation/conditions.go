@@ -88,7 +88,7 @@ func Explain(s rollout.State, waiting []rollout.Block, now time.Time) (conds []C
 			remaining++
 		}
 	}
-	if st := s.Status(); st.Final() {
+	if s.Over() {
 		return nil, lastProgress, time.Time{}
 	}
 	if len(blocked) > 0 {

@@ -21,6 +21,7 @@ const Kind = "rollout"
 // Log outcomes.
 const (
 	LogStarted        = "started"
+	LogRefused        = "refused" // the rollout never started
 	LogExcluded       = "excluded"
 	LogDependency     = "dependency"
 	LogCheckPassed    = "check_passed"
@@ -100,8 +101,10 @@ type View struct {
 	After    string         `json:"after,omitempty"`
 	Status   rollout.Status `json:"status"`
 	Aborting bool           `json:"aborting,omitempty"`
-	// Reason: why it failed.
+	// Reason: why it failed. Refused: it never started (Reason says
+	// why); it is failed, and nothing can change it.
 	Reason     string                `json:"reason,omitempty"`
+	Refused    bool                  `json:"refused,omitempty"`
 	Progress   Progress              `json:"progress"`
 	Machines   []Machine             `json:"machines"`
 	Excluded   []rollout.Exclusion   `json:"excluded,omitempty"`
@@ -147,6 +150,10 @@ func Project(events []any) View {
 	return v
 }
 
+// Over reports whether nothing can change the rollout any more: it
+// succeeded, was aborted, or was refused.
+func (v *View) Over() bool { return v.Refused || v.Status.Final() }
+
 // State returns the rollout state the view folded.
 func (v *View) State() rollout.State { return v.state.Clone() }
 
@@ -170,7 +177,7 @@ func (v *View) Apply(event any) {
 func (v *View) refresh() {
 	s := &v.state
 	v.ID, v.Kind, v.Pool, v.Revision, v.Rollback, v.After = s.ID, Kind, s.Pool, s.Revision, s.Rollback, s.After
-	v.Status, v.Aborting, v.Reason = s.Status(), s.Aborting && s.Outcome == "", s.Reason
+	v.Status, v.Aborting, v.Reason, v.Refused = s.Status(), s.Aborting && s.Outcome == "", s.Reason, s.Refused
 	v.Excluded, v.Checks, v.StartedAt, v.FinishedAt = s.Excluded, s.Checks, s.StartedAt, s.FinishedAt
 	v.Progress = Progress{Total: len(s.Machines)}
 	v.Machines = v.Machines[:0]
@@ -231,6 +238,15 @@ func (v *View) log(event any, existed bool) {
 		for _, x := range e.Excluded {
 			v.Log = append(v.Log, Entry{At: e.At, Machine: x.UUID, Node: x.Hostname, Outcome: LogExcluded, Message: "left out and not touched: " + x.Reason})
 		}
+	case rollout.StartRefused:
+		if existed {
+			return
+		}
+		msg := fmt.Sprintf("pool %s, revision %d: %s; nothing was touched, apply again once that is fixed", e.Pool, e.Revision, e.Reason)
+		if e.RequestedBy != "" {
+			msg += "; requested by " + e.RequestedBy
+		}
+		v.add(e.At, "", "", LogRefused, "%s", msg)
 	case rollout.DependencyResolved:
 		if e.Outcome == rollout.StatusSucceeded {
 			v.add(e.At, "", "", LogDependency, "rollout %s succeeded; this one goes on", e.Rollout)

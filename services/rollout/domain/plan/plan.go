@@ -255,7 +255,7 @@ func (d *Decision) running(s *rollout.State, m *rollout.MachineState, now time.T
 		d.Commands = append(d.Commands, rollout.CancelStep{Machine: m.UUID, Step: m.Step, Attempt: m.Attempt, Reason: "the rollout is being aborted"})
 		return false
 	case expired:
-		d.Commands = append(d.Commands, rollout.FailStep{Machine: m.UUID, Step: m.Step, Attempt: m.Attempt, TimedOut: true, Reason: timeoutReason(m)})
+		d.Commands = append(d.Commands, rollout.FailStep{Machine: m.UUID, Step: m.Step, Attempt: m.Attempt, TimedOut: true, Reason: timeoutReason(m, now)})
 		return true
 	}
 	switch m.Step {
@@ -282,10 +282,18 @@ func (d *Decision) running(s *rollout.State, m *rollout.MachineState, now time.T
 	return false
 }
 
-func timeoutReason(m *rollout.MachineState) string {
+// timeoutReason says which step timed out and, for a drain a budget
+// blocked, how long the drain waited: from the step's start to now (the
+// block's own WaitedFor is as of its last report, written at most every
+// DrainBlockedEvery, so it may be the first moments of the drain).
+func timeoutReason(m *rollout.MachineState, now time.Time) string {
 	r := fmt.Sprintf("%s timed out after %s", m.Step, m.Deadline.Sub(m.StepStartedAt))
 	if b := m.Blocked; m.Step == rollout.StepDrain && b != nil {
-		r += fmt.Sprintf("; pod %s was blocked by PodDisruptionBudget %s (waited %s)", b.Pod, b.Budget, b.WaitedFor)
+		waited := now.Sub(m.StepStartedAt)
+		if waited >= time.Second {
+			waited = waited.Round(time.Second)
+		}
+		r += fmt.Sprintf("; pod %s was blocked by PodDisruptionBudget %s (waited %s)", b.Pod, b.Budget, waited)
 	}
 	return r
 }

@@ -67,6 +67,8 @@ func TestNext(t *testing.T) {
 	grace.Strategy.DrainGracePeriod = &g
 	paused := st
 	paused.Strategy.Pause = pool.Duration(10 * time.Minute)
+	shortDrain := st
+	shortDrain.Strategy.DrainTimeout = pool.Duration(30 * time.Second)
 
 	type step = func(rollout.State) (rollout.Command, time.Time)
 	seq := func(parts ...any) []step {
@@ -129,6 +131,18 @@ func TestNext(t *testing.T) {
 			}},
 		{name: "a cordon past its deadline fails; nothing begins this round", start: st, steps: seq(checked(), upTo(1, rollout.StepCordon, t0)), now: later,
 			want: Decision{Commands: []rollout.Command{rollout.FailStep{Machine: u1, Step: rollout.StepCordon, Attempt: 1, Reason: "cordon timed out after 5m0s", TimedOut: true}}}},
+		// The block was reported 286ms into the drain and not again (at most
+		// once a minute): the reason says how long the drain really waited.
+		{name: "a blocked drain past its deadline says how long it waited", start: shortDrain,
+			steps: seq(checked(), upTo(1, rollout.StepDrain, t0), at(rollout.RecordDrainBlocked{Machine: u1, Attempt: 1, Pod: "shop/cart-0", Budget: "shop/cart", WaitedFor: 286 * time.Millisecond}, t0.Add(286*time.Millisecond))),
+			now:   t0.Add(30 * time.Second),
+			want: Decision{Commands: []rollout.Command{rollout.FailStep{Machine: u1, Step: rollout.StepDrain, Attempt: 1, TimedOut: true,
+				Reason: "drain timed out after 30s; pod shop/cart-0 was blocked by PodDisruptionBudget shop/cart (waited 30s)"}}}},
+		{name: "a blocked drain timed out late waited until now", start: shortDrain,
+			steps: seq(checked(), upTo(1, rollout.StepDrain, t0), at(rollout.RecordDrainBlocked{Machine: u1, Attempt: 1, Pod: "shop/cart-0", Budget: "shop/cart", WaitedFor: 286 * time.Millisecond}, t0.Add(286*time.Millisecond))),
+			now:   t0.Add(42 * time.Second),
+			want: Decision{Commands: []rollout.Command{rollout.FailStep{Machine: u1, Step: rollout.StepDrain, Attempt: 1, TimedOut: true,
+				Reason: "drain timed out after 30s; pod shop/cart-0 was blocked by PodDisruptionBudget shop/cart (waited 42s)"}}}},
 		{name: "a failed machine halts the rollout", start: st, steps: seq(checked(), upTo(1, rollout.StepCordon, t0), upTo(2, rollout.StepDrain, t0), at(rollout.FailStep{Machine: u1, Step: rollout.StepCordon, Attempt: 1, Reason: "forbidden"}, t0)), now: t0,
 			want: Decision{
 				Actions: []Action{{Kind: Drain, Machine: u2, Node: "m02", Step: rollout.StepDrain, Attempt: 1, Deadline: t0.Add(15 * time.Minute)}},

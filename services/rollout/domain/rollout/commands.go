@@ -4,7 +4,10 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/anvil-fleet/anvil/libs/events/errs"
 	"github.com/anvil-fleet/anvil/libs/fields"
@@ -33,8 +36,16 @@ func Decide(s State, cmd Command, now time.Time) ([]any, error) {
 	if cmd == nil {
 		return nil, errs.Internal("nil rollout command")
 	}
-	if _, start := cmd.(Start); !start && !s.Exists() {
+	_, start := cmd.(Start)
+	_, refuse := cmd.(RefuseStart)
+	if !start && !refuse && !s.Exists() {
 		return nil, errs.NotFound("rollout does not exist")
+	}
+	if s.Refused && !start { // Start says itself that it exists
+		if refuse {
+			return nil, nil // recorded already (a redelivered request)
+		}
+		return nil, errs.Conflict("rollout %s is %s: it never started, and nothing changes it; apply the revision again once that is fixed", s.ID, s.describe())
 	}
 	evs, err := cmd.decide(&s, now)
 	if err != nil || len(evs) == 0 {
@@ -57,7 +68,7 @@ func Decide(s State, cmd Command, now time.Time) ([]any, error) {
 // with the command bus.
 func CommandTypes() []any {
 	return []any{
-		Start{}, ResolveDependency{}, RecordChecks{}, Pause{}, Resume{}, Abort{}, Retry{},
+		Start{}, RefuseStart{}, ResolveDependency{}, RecordChecks{}, Pause{}, Resume{}, Abort{}, Retry{},
 		BeginMachine{}, StartStep{}, SucceedStep{}, FailStep{}, CancelStep{}, RecordDrainBlocked{},
 		CompleteMachine{}, Finish{}, Remediate{},
 	}
@@ -85,6 +96,22 @@ type Start struct {
 	// a later pool rollout leaves it out, and it catches up with the
 	// pool's applied revision when it finishes.
 	Provisioning bool `json:"provisioning,omitempty"`
+}
+
+// RefuseStart records that a rollout asked for cannot start (see
+// StartRefused): the service sends it when Start, or reading what Start
+// needs, is refused for a reason that retrying does not fix. The reason is
+// kept as one line (control characters escaped) of at most
+// fields.MaxReason bytes, whatever error text it comes from. Pool and
+// Revision are recorded as the request gave them: they may be what was
+// wrong with it.
+type RefuseStart struct {
+	ID          string `json:"id"`
+	Pool        string `json:"pool"`
+	Cluster     string `json:"cluster,omitempty"`
+	Revision    uint64 `json:"revision"`
+	Reason      string `json:"reason"`
+	RequestedBy string `json:"requested_by,omitempty"`
 }
 
 // Pause stops new machines from beginning; machines already begun finish.
@@ -152,6 +179,9 @@ type SucceedStep struct {
 	Step    Step   `json:"step"`
 	Attempt int    `json:"attempt"`
 	Message string `json:"message,omitempty"`
+	// NodeBootID (cordon only) is the boot id the node's kubelet reported
+	// before the reboot; see MachineState.NodeBootIDBefore.
+	NodeBootID string `json:"node_boot_id,omitempty"`
 }
 
 // FailStep reports that a running step failed or timed out. For the
@@ -202,6 +232,7 @@ type Remediate struct {
 	Machine string `json:"machine"`
 }
 
+func (RefuseStart) CommandType() string        { return "rollout.refuse_start" }
 func (Start) CommandType() string              { return "rollout.start" }
 func (Pause) CommandType() string              { return "rollout.pause" }
 func (Resume) CommandType() string             { return "rollout.resume" }
@@ -231,6 +262,8 @@ func (s *State) refuse(action, hint string) error {
 
 func (s *State) describe() string {
 	switch {
+	case s.Refused:
+		return "refused (" + s.Reason + ")"
 	case s.Outcome == StatusFailed && s.Reason != "":
 		return "failed (" + s.Reason + ")"
 	case s.Outcome != "":
@@ -333,6 +366,51 @@ func (c Start) decide(s *State, now time.Time) ([]any, error) {
 		After: c.After, PoolSize: size, Machines: ms, Excluded: slices.Clone(c.Excluded), Strategy: st,
 		RequestedBy: c.RequestedBy, Provisioning: c.Provisioning, At: now,
 	}}, nil
+}
+
+func (c RefuseStart) decide(s *State, now time.Time) ([]any, error) {
+	var f errs.Fields
+	if !tokenRE.MatchString(c.ID) {
+		f.Add("id", "must be 1-128 letters, digits, '-' or '_'")
+	}
+	if strings.TrimSpace(c.Reason) == "" {
+		f.Add("reason", "say why the rollout cannot start")
+	}
+	if err := f.Err(); err != nil {
+		return nil, err
+	}
+	if s.Exists() { // a refused one is a no-op (Decide)
+		return nil, errs.Conflict("rollout %s started already; it cannot be refused", s.ID)
+	}
+	return []any{StartRefused{
+		ID: c.ID, Pool: oneLine(c.Pool, 253), Cluster: oneLine(c.Cluster, 253), Revision: c.Revision,
+		Reason: oneLine(c.Reason, fields.MaxReason), RequestedBy: oneLine(c.RequestedBy, 256), At: now,
+	}}, nil
+}
+
+// oneLine makes text from elsewhere (an error's message) fit a log line
+// that a terminal shows as it is: control and direction-changing
+// characters are escaped, invalid UTF-8 is replaced, and it is cut to at
+// most max bytes on a character boundary.
+func oneLine(s string, max int) string {
+	var b strings.Builder
+	for _, r := range strings.ToValidUTF8(s, "\uFFFD") {
+		if unicode.IsControl(r) || r >= 0x202A && r <= 0x202E || r >= 0x2066 && r <= 0x2069 {
+			fmt.Fprintf(&b, "\\u%04X", r)
+			continue
+		}
+		b.WriteRune(r)
+	}
+	out := b.String()
+	if len(out) <= max {
+		return out
+	}
+	const more = "…"
+	cut := max - len(more)
+	for cut > 0 && !utf8.RuneStart(out[cut]) {
+		cut--
+	}
+	return out[:cut] + more
 }
 
 func (c ResolveDependency) decide(s *State, now time.Time) ([]any, error) {
@@ -538,7 +616,7 @@ func (c SucceedStep) decide(s *State, now time.Time) ([]any, error) {
 	if err != nil || done {
 		return nil, err
 	}
-	return []any{StepSucceeded{Machine: c.Machine, Step: c.Step, Attempt: c.Attempt, Message: c.Message, At: now}}, nil
+	return []any{StepSucceeded{Machine: c.Machine, Step: c.Step, Attempt: c.Attempt, Message: c.Message, NodeBootID: c.NodeBootID, At: now}}, nil
 }
 
 func (c FailStep) decide(s *State, now time.Time) ([]any, error) {

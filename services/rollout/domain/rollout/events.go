@@ -32,6 +32,23 @@ type Started struct {
 	At           time.Time `json:"at"`
 }
 
+// StartRefused: a rollout that was asked for (a pool.apply_requested)
+// cannot start, for a reason that retrying does not fix: the request or
+// the pool's machines break the rollout's rules. It takes the place of
+// Started under the id the request announced, so that whoever follows
+// that id finds a failed rollout and the reason rather than nothing.
+// Nothing was touched and nothing can change it any more (see
+// State.Refused); another apply starts another rollout.
+type StartRefused struct {
+	ID          string    `json:"id"`
+	Pool        string    `json:"pool"`
+	Cluster     string    `json:"cluster,omitempty"`
+	Revision    uint64    `json:"revision"`
+	Reason      string    `json:"reason"`
+	RequestedBy string    `json:"requested_by,omitempty"`
+	At          time.Time `json:"at"`
+}
+
 // DependencyResolved: the rollout this one comes after finished. Succeeded
 // lets this one go on; aborted fails it (a failed one is not final, so it
 // is not reported: this one keeps waiting).
@@ -77,11 +94,12 @@ type StepStarted struct {
 
 // StepSucceeded: the step's action took effect.
 type StepSucceeded struct {
-	Machine string    `json:"machine"`
-	Step    Step      `json:"step"`
-	Attempt int       `json:"attempt"`
-	Message string    `json:"message,omitempty"`
-	At      time.Time `json:"at"`
+	Machine    string    `json:"machine"`
+	Step       Step      `json:"step"`
+	Attempt    int       `json:"attempt"`
+	Message    string    `json:"message,omitempty"`
+	NodeBootID string    `json:"node_boot_id,omitempty"` // cordon: the node's boot id before the reboot
+	At         time.Time `json:"at"`
 }
 
 // StepFailed: the step failed or timed out. The machine fails, its node
@@ -188,6 +206,7 @@ type Aborted struct {
 }
 
 func (Started) EventType() string            { return "rollout.started" }
+func (StartRefused) EventType() string       { return "rollout.start_refused" }
 func (DependencyResolved) EventType() string { return "rollout.dependency_resolved" }
 func (ChecksRecorded) EventType() string     { return "rollout.checks_recorded" }
 func (MachineBegun) EventType() string       { return "rollout.machine_begun" }
@@ -210,7 +229,7 @@ func (Aborted) EventType() string            { return "rollout.aborted" }
 // EventTypes returns a zero value of every payload, for registration.
 func EventTypes() []any {
 	return []any{
-		Started{}, DependencyResolved{}, ChecksRecorded{}, MachineBegun{},
+		Started{}, StartRefused{}, DependencyResolved{}, ChecksRecorded{}, MachineBegun{},
 		StepStarted{}, StepSucceeded{}, StepFailed{}, StepCancelled{}, DrainBlocked{},
 		MachineDone{}, MachineReleased{}, MachineRemediated{}, Paused{}, Resumed{}, AbortRequested{}, Retried{},
 		Succeeded{}, Failed{}, Aborted{},

@@ -405,8 +405,12 @@ func TestStepRules(t *testing.T) {
 	if e := evs[0].(StepStarted); !e.Deadline.Equal(t0.Add(5*time.Minute)) || e.InstructionID != "" {
 		t.Errorf("%+v", e)
 	}
-	// A repeated report is a no-op; a stale one a conflict.
-	must(t, &s, SucceedStep{Machine: u, Step: StepCordon, Attempt: 1}, t0)
+	// A repeated report is a no-op; a stale one a conflict. The cordon
+	// records the node's boot id, which wait_ready compares with.
+	must(t, &s, SucceedStep{Machine: u, Step: StepCordon, Attempt: 1, NodeBootID: "boot-1"}, t0)
+	if m, _ := s.Machine(u); m.NodeBootIDBefore != "boot-1" {
+		t.Errorf("the cordon recorded boot id %q, want boot-1", m.NodeBootIDBefore)
+	}
 	if evs, err := Decide(s, SucceedStep{Machine: u, Step: StepCordon, Attempt: 1}, t0); err != nil || len(evs) != 0 {
 		t.Errorf("repeat: %v %v", evs, err)
 	}

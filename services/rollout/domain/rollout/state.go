@@ -27,6 +27,12 @@ type MachineState struct {
 	Rebooted bool `json:"rebooted,omitempty"`
 	// Ready: wait_ready succeeded.
 	Ready bool `json:"ready,omitempty"`
+	// NodeBootIDBefore is the boot id the node's kubelet reported when it
+	// was cordoned. After the reboot the Node may still say Ready for the
+	// node-monitor grace period, from the old boot; wait_ready waits for a
+	// kubelet reporting another boot id (empty: a node that reports none,
+	// such as kwok's, is taken at its Ready condition).
+	NodeBootIDBefore string `json:"node_boot_id_before,omitempty"`
 	// RejoinDeadline is when the node-ready timeout, which starts with
 	// wait_boot, runs out; wait_ready shares it.
 	RejoinDeadline time.Time `json:"rejoin_deadline,omitzero"`
@@ -86,6 +92,11 @@ type State struct {
 	Outcome    Status    `json:"outcome,omitempty"`
 	Reason     string    `json:"reason,omitempty"`
 	FinishedAt time.Time `json:"finished_at,omitzero"`
+
+	// Refused: it never started (StartRefused). It has no machines, its
+	// outcome is failed with the reason, and nothing can change it: it is
+	// not Active, and every command but a repeated RefuseStart is refused.
+	Refused bool `json:"refused,omitempty"`
 }
 
 // Exists reports whether the rollout exists.
@@ -106,8 +117,13 @@ func (s *State) Status() Status {
 
 // Active reports whether the rollout holds its machines: it exists and is
 // neither succeeded nor aborted. A failed rollout still holds them (their
-// nodes may be cordoned) until it is retried to success or aborted.
-func (s *State) Active() bool { return s.Exists() && !s.Status().Final() }
+// nodes may be cordoned) until it is retried to success or aborted; one
+// that was refused never held any.
+func (s *State) Active() bool { return s.Exists() && !s.Over() }
+
+// Over reports whether nothing can change the rollout any more: it
+// succeeded, was aborted, or never started (Refused).
+func (s *State) Over() bool { return s.Refused || s.Status().Final() }
 
 // Cleared reports whether machines may move: the rollout it comes after
 // succeeded (if any) and the sanity checks passed.
@@ -238,13 +254,23 @@ func (s *State) Apply(event any) {
 		}
 		event = v.Elem().Interface()
 	}
-	if e, ok := event.(Started); ok {
+	switch e := event.(type) {
+	case Started:
 		if !s.Exists() && e.ID != "" {
 			s.start(e)
 		}
 		return
+	case StartRefused:
+		if !s.Exists() && e.ID != "" {
+			*s = State{
+				ID: e.ID, Pool: e.Pool, Cluster: e.Cluster, Revision: e.Revision, RequestedBy: e.RequestedBy,
+				StartedAt: e.At, Machines: []MachineState{}, Refused: true,
+				Outcome: StatusFailed, Reason: e.Reason, FinishedAt: e.At,
+			}
+		}
+		return
 	}
-	if !s.Exists() {
+	if !s.Exists() || s.Refused {
 		return
 	}
 	switch e := event.(type) {
@@ -290,6 +316,7 @@ func (s *State) Apply(event any) {
 		switch e.Step {
 		case StepCordon:
 			m.Node = NodeCordoned
+			m.NodeBootIDBefore = e.NodeBootID
 		case StepReboot:
 			m.Rebooted = true
 		case StepWaitReady:
