@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/anvil-fleet/anvil/agent/api"
 )
@@ -398,4 +399,32 @@ func TestUnknownMachineKeepsTrying(t *testing.T) {
 	}
 	f.set(func(f *fakeBoot) { f.uuid = testUUID }) // e.g. an operator pre-registers it
 	f.waitFor("a heartbeat", func() bool { hbs, _, _ := f.snapshot(); return len(hbs) >= 1 })
+}
+
+// The reboot indicator is checked between reports: with a report interval
+// of an hour, the OS asking for a reboot is still reported at once.
+func TestRebootIndicatorReportedBetweenReports(t *testing.T) {
+	root := t.TempDir()
+	if err := os.CopyFS(root, os.DirFS("inventory/testdata/host")); err != nil {
+		t.Fatal(err)
+	}
+	f := newFakeBoot(t)
+	h := newHarness(t, f, func(c *Config) {
+		c.Root = root
+		c.ReportInterval = time.Hour
+		c.RebootCheck = 10 * time.Millisecond
+	})
+	h.start(t)
+	f.waitFor("the first report", func() bool { _, reps, _ := f.snapshot(); return len(reps) >= 1 })
+	if err := os.MkdirAll(filepath.Join(root, "run"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "run/reboot-required"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f.waitFor("a report of the reboot indicator", func() bool { _, reps, _ := f.snapshot(); return len(reps) >= 2 })
+	_, reps, _ := f.snapshot()
+	if rr := reps[1].RebootRequired; !rr.Required || !strings.Contains(rr.Reason, "/run/reboot-required") {
+		t.Errorf("second report reboot_required = %+v", rr)
+	}
 }

@@ -19,6 +19,7 @@ const (
 	DefaultStateFile         = "/var/lib/anvil-agent/state.json"
 	DefaultHeartbeatInterval = 30 * time.Second
 	DefaultReportInterval    = 5 * time.Minute
+	DefaultRebootCheck       = 15 * time.Second
 	DefaultPollWait          = 30 * time.Second
 	DefaultMinPollInterval   = time.Second
 	DefaultRetryInitial      = time.Second
@@ -65,6 +66,10 @@ type Config struct {
 	// ReportInterval is how often the hardware and reboot indicator are
 	// checked for changes. Default 5m.
 	ReportInterval time.Duration
+	// RebootCheck is how often the reboot indicator alone (a stat of
+	// /run/reboot-required) is checked between reports; a change is
+	// reported at once. Default 15s.
+	RebootCheck time.Duration
 	// PollWait is the long-poll wait sent to the server. Default 30s.
 	PollWait time.Duration
 	// MinPollInterval is the least time between two polls, so a server that
@@ -116,7 +121,7 @@ func (cfg Config) withDefaults() (Config, error) {
 		name string
 		v    time.Duration
 	}{
-		{"heartbeat interval", cfg.HeartbeatInterval}, {"report interval", cfg.ReportInterval},
+		{"heartbeat interval", cfg.HeartbeatInterval}, {"report interval", cfg.ReportInterval}, {"reboot check", cfg.RebootCheck},
 		{"poll wait", cfg.PollWait}, {"min poll interval", cfg.MinPollInterval},
 		{"retry initial", cfg.RetryInitial}, {"retry max", cfg.RetryMax}, {"request timeout", cfg.RequestTimeout},
 	} {
@@ -131,6 +136,7 @@ func (cfg Config) withDefaults() (Config, error) {
 	setDefault(&cfg.StateFile, filepath.Join(cfg.Root, DefaultStateFile))
 	setDefault(&cfg.HeartbeatInterval, DefaultHeartbeatInterval)
 	setDefault(&cfg.ReportInterval, DefaultReportInterval)
+	setDefault(&cfg.RebootCheck, DefaultRebootCheck)
 	setDefault(&cfg.PollWait, DefaultPollWait)
 	setDefault(&cfg.MinPollInterval, DefaultMinPollInterval)
 	setDefault(&cfg.RetryInitial, DefaultRetryInitial)

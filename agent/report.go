@@ -21,7 +21,10 @@ const maxLogLine = 2048
 func (a *Agent) reportLoop(ctx context.Context) {
 	bo := a.newBackoff()
 	var lastSent, lastInvErr string
+	var lastReboot api.RebootRequired // in the last report sent
 	failures := 0
+	rebootCheck := time.NewTicker(a.cfg.RebootCheck)
+	defer rebootCheck.Stop()
 	for {
 		hw, err := inventory.Read(a.cfg.Root)
 		if msg := errString(err); msg != lastInvErr {
@@ -59,19 +62,34 @@ func (a *Agent) reportLoop(ctx context.Context) {
 				a.log.Info("report sent", "why", why,
 					"cpus", hw.CPUs, "memory_bytes", hw.MemoryBytes, "disks", len(hw.Disks), "nics", len(hw.NICs),
 					"reboot_required", reboot.Required, "reboot_reason", reboot.Reason, "startup_log_lines", len(r.StartupLog))
-				lastSent = fp
+				lastSent, lastReboot = fp, reboot
 				failures = 0
 				bo.reset()
 			}
 		}
 
 		a.reportChecks.Add(1)
-		select {
-		case <-ctx.Done():
-			return
-		case <-a.reportNudge:
-		case <-time.After(delay):
+		wait := time.NewTimer(delay)
+	waiting:
+		for {
+			select {
+			case <-ctx.Done():
+				wait.Stop()
+				return
+			case <-a.reportNudge:
+				break waiting
+			case <-wait.C:
+				break waiting
+			case <-rebootCheck.C:
+				// The indicator is a stat away; the inventory is not. A
+				// change of the indicator is reported now rather than at
+				// the next report interval.
+				if lastSent != "" && a.rebootRequired() != lastReboot {
+					break waiting
+				}
+			}
 		}
+		wait.Stop()
 	}
 }
 
