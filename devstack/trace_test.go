@@ -50,6 +50,15 @@ func TestLogsCarryTraceIDs(t *testing.T) {
 	if err := st.Ready(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// The services are ready; the gateway's listener may come a moment later.
+	eventstest.Eventually(t, "the gateway answers /readyz", time.Minute, 20*time.Millisecond, func() (bool, string) {
+		res, err := http.Get("http://" + gw + "/readyz")
+		if err != nil {
+			return false, err.Error()
+		}
+		res.Body.Close()
+		return res.StatusCode == http.StatusOK, res.Status
+	})
 
 	const callerTrace = "4bf92f3577b34da6a3ce929d0e0e4736"
 	get := func(url string, hdr map[string]string) *http.Response {

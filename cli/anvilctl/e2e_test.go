@@ -100,6 +100,7 @@ func (s *cliStack) setUp() (string, string) {
 	s.env = map[string]string{"HOME": t.TempDir(), "ANVIL_URL": s.base, "ANVIL_TOKEN": admin.Token, "ANVIL_ORG": "acme"}
 	// tokens are verified through the registry's projection: wait for it
 	s.eventually(func() bool { _, _, err := s.run("get", "orgs"); return err == nil })
+	s.eventually(func() bool { return s.http("GET", "/api/v1/orgs/acme", viewer.Token, "", nil) == 200 })
 	return admin.Token, viewer.Token
 }
 
