@@ -16,9 +16,11 @@ import (
 	"github.com/anvil-fleet/anvil/services/registry/adapters"
 )
 
-// volatile keys are not derived from events (heartbeat times live in a KV
-// bucket), so they are left out of the comparison.
-var volatile = map[string]bool{"last_seen": true}
+// volatile keys are not derived from events alone: heartbeat times, and
+// the latest iPXE boot of a machine waiting in its boot loop (recorded in
+// the log at most once per --ipxe-record-interval), live in KV buckets, so
+// they are left out of the comparison.
+var volatile = map[string]bool{"last_seen": true, "last_ipxe_boot_at": true, "ipxe_retry_by": true}
 
 func scrub(v any) any {
 	switch x := v.(type) {

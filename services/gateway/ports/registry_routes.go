@@ -107,8 +107,12 @@ func (h *handler) registryRoutes() []route {
 				m := req.(machineReq)
 				var out regapi.MachineReply
 				for i, c := range m.cmds {
+					// With If-Match the commands after the first are pinned
+					// to the version the one before made, so nothing comes
+					// between them; without it, a write in between (an iPXE
+					// boot, a heartbeat's offline flip) is no conflict.
 					expected := m.expected
-					if i > 0 {
+					if i > 0 && m.expected != 0 {
 						expected = out.Version
 					}
 					var err error
