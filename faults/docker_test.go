@@ -180,6 +180,9 @@ func newCluster(t testing.TB, pool *dockertest.Pool, version string) *cluster {
 	return c
 }
 
+// mrand only picks a free Docker subnet, which the faults do not depend
+// on, so it does not take ANVIL_TEST_SEED: runs side by side must draw
+// different subnets.
 var mrand = mathrand.New(mathrand.NewPCG(uint64(time.Now().UnixNano()), uint64(os.Getpid())))
 
 func freePort(t testing.TB) int {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -21,8 +22,11 @@ import (
 	"github.com/getkin/kin-openapi/routers/gorillamux"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/anvil-fleet/anvil/libs/events"
 	"github.com/anvil-fleet/anvil/libs/events/eventstest"
+	"github.com/anvil-fleet/anvil/libs/events/projection"
 	"github.com/anvil-fleet/anvil/libs/events/svc"
 	"github.com/anvil-fleet/anvil/services/boot/api/simassets"
 	boot "github.com/anvil-fleet/anvil/services/boot/service"
@@ -282,21 +286,34 @@ func (s *stack) tenants() tenants {
 	return tn
 }
 
-// waitOrgs waits until the registry's org projection has caught up.
-func (s *stack) waitOrgs() {
-	deadline := time.Now().Add(10 * time.Second)
-	for s.reg.Orgs.Lag() != 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	time.Sleep(20 * time.Millisecond)
-}
+// waitOrgs waits until the registry's org projection has applied the
+// newest organization event in the log.
+func (s *stack) waitOrgs() { s.waitProjection(s.reg.Orgs, "org") }
 
-func (s *stack) waitMachines() {
-	deadline := time.Now().Add(10 * time.Second)
-	for s.reg.Machines.Lag() != 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
+// waitMachines waits until the registry's machine projection has applied
+// the newest machine event in the log.
+func (s *stack) waitMachines() { s.waitProjection(s.reg.Machines, "machine") }
+
+// waitProjection waits until r has applied the newest event of
+// aggregateType in the log (r's filter selects exactly those).
+func (s *stack) waitProjection(r *projection.Runner, aggregateType string) {
+	s.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := s.env.JS.Stream(ctx, events.StreamName)
+	if err != nil {
+		s.t.Fatal(err)
 	}
-	time.Sleep(20 * time.Millisecond)
+	last, err := st.GetLastMsgForSubject(ctx, events.FilterSubject("", aggregateType, ""))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return // no such event yet: nothing to wait for
+	}
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if err := r.WaitFor(ctx, last.Sequence); err != nil {
+		s.t.Fatalf("the registry's %s projection did not apply event %d: %v", aggregateType, last.Sequence, err)
+	}
 }
 
 func uuidN(i int) string { return fmt.Sprintf("4c4c4544-0035-4b10-8056-%012x", i) }

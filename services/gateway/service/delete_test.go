@@ -81,6 +81,27 @@ func TestDeleteAnswersWhatWasDeleted(t *testing.T) {
 		"kubernetes": map[string]any{"minor": "1.33"}, "flatcar": map[string]any{"channel": "stable", "version": "4230.2.3"}}, nil, nil); r.status != 201 {
 		t.Fatalf("create pool: %d %s", r.status, r.body)
 	}
+	// a pool that still has a machine is kept (409, naming how many and
+	// what to do); the token's own list reads its write (min_version), so
+	// the registry the revisions service asks has applied it too
+	spare := uuidN(60)
+	if r := s.do("POST", base+"/machines", tn.operator, map[string]any{"uuid": spare, "pool": "blue"}, nil, nil); r.status != 201 {
+		t.Fatalf("pre-register into blue: %d %s", r.status, r.body)
+	}
+	var inBlue struct{ Items []machineBody }
+	if r := s.do("GET", base+"/machines?pool=blue", tn.operator, nil, nil, &inBlue); r.status != 200 || len(inBlue.Items) != 1 {
+		t.Fatalf("blue's machines: %d %s", r.status, r.body)
+	}
+	if r := s.do("DELETE", base+"/pools/blue", tn.admin, nil, nil, nil); r.status != 409 || !strings.Contains(string(r.body), "1 machine") ||
+		!strings.Contains(string(r.body), "unassign it first") {
+		t.Fatalf("DELETE a pool with a machine: %d %s", r.status, r.body)
+	}
+	if r := s.do("DELETE", base+"/machines/"+spare, tn.operator, nil, nil, nil); r.status != 200 {
+		t.Fatalf("DELETE blue's machine: %d %s", r.status, r.body)
+	}
+	if r := s.do("GET", base+"/machines?pool=blue", tn.operator, nil, nil, &inBlue); r.status != 200 || len(inBlue.Items) != 0 {
+		t.Fatalf("blue's machines after the deletion: %d %s", r.status, r.body)
+	}
 	var pool struct {
 		Name, Cluster, Org string
 		Deleted            bool

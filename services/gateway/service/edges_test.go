@@ -118,7 +118,7 @@ func TestEdges(t *testing.T) {
 			if time.Since(start) > 20*time.Second {
 				t.Fatal("the server still reads a body sent at one byte a second after 20 s")
 			}
-			time.Sleep(time.Second)
+			time.Sleep(time.Second) // the point of the case: one byte a second
 		}
 		_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
 		line, _ := bufio.NewReader(conn).ReadString('\n')

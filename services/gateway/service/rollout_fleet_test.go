@@ -174,6 +174,8 @@ func TestRolloutsWithFleet(t *testing.T) {
 		return ro.Status == "running", string(r.body)
 	})
 	running := time.Now().UTC()
+	// a deliberate gap: ?at=running below must name an instant before
+	// the pause
 	time.Sleep(10 * time.Millisecond)
 	if r := s.do("POST", allURL+"/pause", tn.operator, map[string]any{"reason": "lunch"}, nil, &ro); r.status != 200 || ro.Status != "paused" || r.header.Get("ETag") == "" {
 		t.Fatalf("pause: %d %s", r.status, r.body)

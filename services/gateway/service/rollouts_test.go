@@ -3,6 +3,7 @@ package service_test
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -169,12 +170,18 @@ func TestOperationLogStreamStopsPolling(t *testing.T) {
 	if ev := next(t, ch); ev.id != "2" || !strings.Contains(ev.data, `"drain"`) {
 		t.Fatalf("live event: %+v", ev)
 	}
-	time.Sleep(500 * time.Millisecond) // a few long polls
+	// a few long polls while the client is there
+	polls := fake.logPolls()
+	s.eventually("a few long polls of the log", func() (bool, string) {
+		n := fake.logPolls()
+		return n >= polls+3, fmt.Sprintf("%d polls, %d before", n, polls)
+	})
 	cancel()
 	for range ch {
 	}
 	// Once the gateway noticed, the polls stop: wait for two equal counts a
-	// few long polls apart.
+	// few long polls apart (this sleep is the point: that polling stopped
+	// shows only as no poll for a while).
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		before := fake.logPolls()

@@ -361,6 +361,8 @@ func (b *browser) watchRollout(id, shot string) bool {
 // and returns it: an instant a datetime-local field can name exactly.
 func wholeSecondAfter(t time.Time) time.Time {
 	at := t.Truncate(time.Second).Add(time.Second)
+	// a deliberate wait for the clock: the console's ?at= time travel
+	// names an instant to the second, which must have passed
 	for time.Now().Before(at.Add(50 * time.Millisecond)) {
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -141,7 +141,7 @@ func TestEncodedAnswersMatchTheStructs(t *testing.T) {
 func TestEncodedConcurrentUse(t *testing.T) {
 	m := New()
 	var seq uint64
-	evs := fleet("acme", 300, 5, &seq)
+	evs := fleet("acme", 300, testSeed(t, 5), &seq)
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {

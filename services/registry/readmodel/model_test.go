@@ -18,11 +18,18 @@ import (
 
 func twoOrgs(t *testing.T) (*Model, []envelope) {
 	t.Helper()
+	return twoOrgsFrom(t, testSeed(t, 1))
+}
+
+// twoOrgsFrom builds twoOrgs' model from seed: its streams and their
+// interleaving use seed, seed+1 and seed+2.
+func twoOrgsFrom(t *testing.T, seed uint64) (*Model, []envelope) {
+	t.Helper()
 	var seqA, seqB uint64
-	a, b := fleet("acme", 300, 1, &seqA), fleet("globex", 200, 2, &seqB)
+	a, b := fleet("acme", 300, seed, &seqA), fleet("globex", 200, seed+1, &seqB)
 	// Interleave the two organizations as the shared log would, keeping
 	// each one's order, and number the result as stream sequences.
-	r := rand.New(rand.NewPCG(3, 3))
+	r := rand.New(rand.NewPCG(seed+2, 3))
 	var evs []envelope
 	for len(a)+len(b) > 0 {
 		if len(b) == 0 || (len(a) > 0 && r.IntN(2) == 0) {
@@ -152,7 +159,8 @@ func TestLastSeenIsNotHashed(t *testing.T) {
 }
 
 func TestSnapshotRestore(t *testing.T) {
-	m, evs := twoOrgs(t)
+	seed := testSeed(t, 1)
+	m, evs := twoOrgsFrom(t, seed)
 	m.SetLastSeen(evs[0].org, evs[0].uuid, base.Add(time.Hour))
 	blob, err := m.Snapshot()
 	if err != nil {
@@ -181,7 +189,7 @@ func TestSnapshotRestore(t *testing.T) {
 	}
 	// Both continue identically.
 	var seq = m.Checkpoint()
-	more := fleet("initech", 50, 9, &seq)
+	more := fleet("initech", 50, seed+8, &seq)
 	load(m, more)
 	load(r, more)
 	if r.Hash() != m.Hash() {
@@ -390,7 +398,7 @@ func TestBadFilters(t *testing.T) {
 func TestConcurrentUse(t *testing.T) {
 	m := New()
 	var seq uint64
-	evs := fleet("acme", 300, 5, &seq)
+	evs := fleet("acme", 300, testSeed(t, 5), &seq)
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {

@@ -41,6 +41,10 @@ type Config struct {
 	// --enrollment-burst / ANVIL_REGISTRY_ENROLLMENT_BURST
 	EnrollmentRate  float64
 	EnrollmentBurst int
+	// Now is the service's clock (token expiry, offline detection, the
+	// times commands record); nil means time.Now. Not a flag: tests move
+	// a fake one forward instead of sleeping.
+	Now func() time.Time
 }
 
 // Defaults of the settings that a zero Config leaves unset.
@@ -120,6 +124,9 @@ func Start(ctx context.Context, cfg Config, o svc.Options, ready chan<- *Service
 	if cfg.EnrollmentBurst <= 0 {
 		cfg.EnrollmentBurst = DefaultEnrollmentBurst
 	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
 	rt, err := svc.Start(ctx, cfg.Config, app.Registry(), o)
 	if err != nil {
 		return err
@@ -143,7 +150,7 @@ func Start(ctx context.Context, cfg Config, o svc.Options, ready chan<- *Service
 		return err
 	}
 	machines, orgs := adapters.NewMachineProjection(), adapters.NewOrgProjection()
-	a := &app.App{Store: rt.Store, Machines: machines, Orgs: orgs, Heartbeats: hb, Now: time.Now, Rand: rand.Reader, OfflineAfter: cfg.OfflineAfter,
+	a := &app.App{Store: rt.Store, Machines: machines, Orgs: orgs, Heartbeats: hb, Now: cfg.Now, Rand: rand.Reader, OfflineAfter: cfg.OfflineAfter,
 		IPXEBoots: boots, IPXERecordEvery: cfg.IPXERecordInterval, Versions: versions,
 		Enrollment: enroll, EnrollmentRate: cfg.EnrollmentRate, EnrollmentBurst: cfg.EnrollmentBurst}
 	s := &Service{

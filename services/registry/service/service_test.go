@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -90,6 +91,13 @@ func (f *fixture) waitMachine(t testing.TB, version uint64) {
 		t.Fatal(err)
 	}
 }
+
+// clock is the registry's clock, which a test moves forward instead of
+// sleeping.
+type clock struct{ offset atomic.Int64 }
+
+func (c *clock) now() time.Time          { return time.Now().Add(time.Duration(c.offset.Load())) }
+func (c *clock) advance(d time.Duration) { c.offset.Add(int64(d)) }
 
 func uuidN(i int) string { return fmt.Sprintf("4c4c4544-0035-4b10-8056-%012x", i+1) }
 
@@ -331,7 +339,8 @@ func TestOrganizationIsolation(t *testing.T) {
 }
 
 func TestTokensVerifyExpireAndRevoke(t *testing.T) {
-	f := start(t, service.Config{})
+	clk := &clock{}
+	f := start(t, service.Config{Now: clk.now})
 	f.org(t, "acme")
 	ctx := context.Background()
 	issued, err := f.c.IssueToken(ctx, api.TokenIssue{Org: "acme", Kind: token.KindAPI, Name: "ci", Role: org.RoleOperator})
@@ -370,13 +379,17 @@ func TestTokensVerifyExpireAndRevoke(t *testing.T) {
 	if _, err := f.c.VerifyToken(ctx, api.TokenVerify{Token: issued.Token, Kind: token.KindAPI}); !errs.Is(err, errs.KindUnauthorized) {
 		t.Fatalf("revoked token verified: %v", err)
 	}
-	// an expired enrollment token registers nothing
-	exp, err := f.c.IssueToken(ctx, api.TokenIssue{Org: "acme", Kind: token.KindEnrollment, ExpiresAt: time.Now().Add(300 * time.Millisecond)})
+	// an expired enrollment token registers nothing: it registers until
+	// the registry's clock passes its expiry
+	exp, err := f.c.IssueToken(ctx, api.TokenIssue{Org: "acme", Kind: token.KindEnrollment, ExpiresAt: clk.now().Add(time.Hour)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.waitOrg(t, "acme")
-	time.Sleep(400 * time.Millisecond)
+	if _, err := f.c.SelfRegister(ctx, api.SelfRegister{EnrollmentToken: exp.Token, UUID: uuidN(6), MAC: "aa:bb:cc:dd:ee:06"}); err != nil {
+		t.Fatalf("enrollment token before its expiry: %v", err)
+	}
+	clk.advance(time.Hour)
 	if _, err := f.c.SelfRegister(ctx, api.SelfRegister{EnrollmentToken: exp.Token, UUID: uuidN(5), MAC: "aa:bb:cc:dd:ee:05"}); !errs.Is(err, errs.KindUnauthorized) {
 		t.Fatalf("expired enrollment token: %v", err)
 	}

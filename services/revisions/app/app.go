@@ -59,8 +59,9 @@ type Renderer interface {
 }
 
 // PoolMachines answers how many machines still belong to a pool. The
-// registry owns machines; until it offers that query, Deps.Machines is nil
-// and a pool is deleted without the check.
+// registry owns machines (adapters/registry asks it); an error is
+// errs.KindUnavailable when the registry does not answer, so that a pool
+// is never deleted unchecked.
 type PoolMachines interface {
 	CountMachines(ctx context.Context, org, pool string) (int, error)
 }
@@ -82,8 +83,10 @@ type Deps struct {
 	RenderOptions render.Options
 	Assets        Assets
 	AssetSettings AssetSettings
-	Machines      PoolMachines // optional
-	Log           *slog.Logger
+	// Machines is required by DeletePool: without it a pool is not
+	// deleted (it might still have machines).
+	Machines PoolMachines
+	Log      *slog.Logger
 }
 
 // Application is every handler of the service.

@@ -22,6 +22,8 @@ import (
 	bootapi "github.com/anvil-fleet/anvil/services/boot/api"
 	"github.com/anvil-fleet/anvil/services/boot/api/simassets"
 	bootservice "github.com/anvil-fleet/anvil/services/boot/service"
+	regapi "github.com/anvil-fleet/anvil/services/registry/api"
+	regservice "github.com/anvil-fleet/anvil/services/registry/service"
 	"github.com/anvil-fleet/anvil/services/revisions/api"
 	"github.com/anvil-fleet/anvil/services/revisions/domain/render"
 	"github.com/anvil-fleet/anvil/services/revisions/service"
@@ -47,7 +49,8 @@ var (
 // it, and a client connection that talks to it only through NATS. The real
 // boot service runs beside it, serving the simulator's assets for
 // testVersions: the revisions service asks it for the files' hashes before
-// it saves or renders a revision.
+// it saves or renders a revision. So does the real registry, which the
+// service asks whether machines still belong to a pool it deletes.
 type harness struct {
 	t    testing.TB
 	env  *eventstest.Env
@@ -60,6 +63,11 @@ type harness struct {
 	boot   *bootservice.Service
 	// stopBoot stops the boot service (also at cleanup).
 	stopBoot func()
+	// reg is the registry's client; regs the running registry, which
+	// stopRegistry stops (also at cleanup).
+	reg          regapi.Client
+	regs         *regservice.Service
+	stopRegistry func()
 
 	cancel context.CancelFunc
 	done   chan error
@@ -80,10 +88,23 @@ func newHarness(t testing.TB, mod ...func(*service.Config)) *harness {
 	nc := env.Connect(t)
 	h := &harness{t: t, env: env, nc: nc, cfg: cfg, logs: &eventstest.SyncBuffer{},
 		ctx: events.WithActor(context.Background(), testActor)}
+	h.startRegistry()
 	h.startBoot()
 	h.start()
 	t.Cleanup(h.stop)
 	return h
+}
+
+// startRegistry runs the real registry.
+func (h *harness) startRegistry() {
+	h.t.Helper()
+	h.reg = regapi.Client{NC: h.nc}
+	ready := make(chan *regservice.Service, 1)
+	cfg := regservice.Config{Config: svc.Config{Service: regservice.Name, StreamReplicas: 1}}
+	log := slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug})).With("svc", "registry")
+	h.stopRegistry = eventstest.RunService(h.t, "registry", func(ctx context.Context) error {
+		return regservice.Start(ctx, cfg, svc.Options{Conn: h.env.Connect(h.t), Logger: log}, ready)
+	}, func() { h.regs = <-ready }, eventstest.RunOptions{StartTimeout: 60 * time.Second, StopTimeout: 30 * time.Second, Logs: h.logs})
 }
 
 // startBoot runs the real boot service with the simulator's assets for

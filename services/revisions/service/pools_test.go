@@ -3,12 +3,16 @@ package service_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 
 	"github.com/anvil-fleet/anvil/libs/events"
 	"github.com/anvil-fleet/anvil/libs/events/command"
 	"github.com/anvil-fleet/anvil/libs/events/errs"
+	regapi "github.com/anvil-fleet/anvil/services/registry/api"
+	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
 	"github.com/anvil-fleet/anvil/services/revisions/api"
 	"github.com/anvil-fleet/anvil/services/revisions/app"
 	"github.com/anvil-fleet/anvil/services/revisions/domain/pool"
@@ -270,3 +274,102 @@ func updReq(org, name string, spec api.PoolSpec, set func(*api.UpdatePoolRequest
 	set(&r)
 	return r
 }
+
+// TestDeletePoolWithMachines: the service asks the registry how many
+// machines still belong to a pool and refuses to delete it while any do,
+// naming how many and what to do; machines of other pools do not count.
+// With the registry down the deletion is unavailable, not done unchecked.
+func TestDeletePoolWithMachines(t *testing.T) {
+	h := newHarness(t)
+	ctx, nc := h.ctx, h.nc
+	h.createCluster("acme", "prod", "1.34.1")
+	workers := h.createPool("acme", "workers", "prod", testSpec(), false)
+	o, err := h.reg.CreateOrg(ctx, regapi.OrgCreate{ID: "acme", DisplayName: "Acme"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// the registry takes machines of an org its projection holds
+	if err := h.regs.Orgs.WaitFor(ctx, o.Version); err != nil {
+		t.Fatal(err)
+	}
+	// preregister puts a machine in a pool; waitMachines waits until the
+	// registry's list, which the service reads, shows the write
+	preregister := func(i int, pool string) uint64 {
+		t.Helper()
+		r, err := h.reg.Machine(ctx, "acme", machineUUID(i), machine.PreRegister{UUID: machineUUID(i), Pool: pool}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Version
+	}
+	waitMachines := func(version uint64) {
+		t.Helper()
+		if _, err := h.reg.ListMachines(ctx, regapi.MachineList{Org: "acme", MinVersion: version, Limit: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	preregister(1, "workers")
+	preregister(2, "other") // another pool's machine does not count
+	waitMachines(preregister(3, "workers"))
+
+	deleted := func() []events.Envelope {
+		return h.logEvents(events.Filter{Org: "acme", AggregateType: "pool", AggregateID: "workers", EventTypes: []string{"pool.deleted"}})
+	}
+	_, err = api.DeletePool(ctx, nc, api.DeletePoolRequest{Org: "acme", Name: "workers"})
+	wantErr(t, "delete a pool with 2 machines", err, errs.KindConflict)
+	t.Logf("refused: %v", err)
+	if msg := errs.As(err).Message; !strings.Contains(msg, "2 machines") || !strings.Contains(msg, "unassign them first") {
+		t.Errorf("the refusal does not say how many machines or what to do: %q", msg)
+	}
+	// with the version it has: still refused (not a precondition failure)
+	_, err = api.DeletePool(ctx, nc, api.DeletePoolRequest{Org: "acme", Name: "workers", ExpectedVersion: workers.Pool.Version})
+	wantErr(t, "delete a pool with 2 machines, If-Match", err, errs.KindConflict)
+
+	// one unassigned (a pre-registered machine has nothing to drain), one
+	// deleted: then the pool goes
+	r, err := h.reg.Machine(ctx, "acme", machineUUID(1), machine.Unassign{}, 0)
+	if err != nil || r.Machine.Pool != "" {
+		t.Fatalf("unassign: %+v %v", r, err)
+	}
+	waitMachines(r.Version)
+	_, err = api.DeletePool(ctx, nc, api.DeletePoolRequest{Org: "acme", Name: "workers"})
+	wantErr(t, "delete a pool with 1 machine", err, errs.KindConflict)
+	if msg := errs.As(err).Message; !strings.Contains(msg, "1 machine ") || !strings.Contains(msg, "unassign it first") {
+		t.Errorf("the refusal of one machine: %q", msg)
+	}
+	if d := deleted(); len(d) != 0 {
+		t.Fatalf("a refused deletion appended %d pool.deleted", len(d))
+	}
+	r, err = h.reg.Machine(ctx, "acme", machineUUID(3), machine.Delete{}, 0)
+	if err != nil || !r.Deleted {
+		t.Fatalf("delete machine: %+v %v", r, err)
+	}
+	waitMachines(r.Version)
+	del, err := api.DeletePool(ctx, nc, api.DeletePoolRequest{Org: "acme", Name: "workers", ExpectedVersion: workers.Pool.Version})
+	if err != nil || del.Version <= workers.Pool.Version || len(deleted()) != 1 {
+		t.Fatalf("delete the emptied pool: %+v %v", del, err)
+	}
+
+	// the registry down: a deletion is unavailable and deletes nothing; a
+	// pool that is missing or already deleted is answered without it
+	h.createPool("acme", "blue", "prod", testSpec(), false)
+	h.stopRegistry()
+	_, err = api.DeletePool(ctx, nc, api.DeletePoolRequest{Org: "acme", Name: "blue"})
+	wantErr(t, "delete with the registry down", err, errs.KindUnavailable)
+	t.Logf("unavailable: %v", err)
+	if msg := errs.As(err).Message; !strings.Contains(msg, "not deleted") {
+		t.Errorf("the unavailable answer does not say the pool was kept: %q", msg)
+	}
+	if p := h.getPool("acme", "blue", 0); p.Deleted {
+		t.Fatal("the pool was deleted unchecked")
+	}
+	if n := len(h.logEvents(events.Filter{Org: "acme", AggregateType: "pool", AggregateID: "blue", EventTypes: []string{"pool.deleted"}})); n != 0 {
+		t.Fatalf("%d pool.deleted of blue with the registry down", n)
+	}
+	_, err = api.DeletePool(ctx, nc, api.DeletePoolRequest{Org: "acme", Name: "nope"})
+	wantErr(t, "delete missing, registry down", err, errs.KindNotFound)
+	_, err = api.DeletePool(ctx, nc, api.DeletePoolRequest{Org: "acme", Name: "workers"})
+	wantErr(t, "delete twice, registry down", err, errs.KindConflict)
+}
+
+func machineUUID(i int) string { return fmt.Sprintf("4c4c4544-0035-4b10-8056-%012x", i) }

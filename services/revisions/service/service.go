@@ -18,6 +18,7 @@ import (
 	"github.com/anvil-fleet/anvil/libs/events/svc"
 	"github.com/anvil-fleet/anvil/services/revisions/adapters/bootassets"
 	"github.com/anvil-fleet/anvil/services/revisions/adapters/readmodel"
+	"github.com/anvil-fleet/anvil/services/revisions/adapters/registry"
 	"github.com/anvil-fleet/anvil/services/revisions/api"
 	"github.com/anvil-fleet/anvil/services/revisions/app"
 	"github.com/anvil-fleet/anvil/services/revisions/domain/catalog"
@@ -94,6 +95,7 @@ func Run(ctx context.Context, cfg Config, o svc.Options) error {
 		Keys: keys, Nonces: rand.Reader, Clock: time.Now,
 		Renderer: cache, RenderOptions: renderOpts, Log: rt.Log,
 		Assets: bootassets.Client{NC: rt.Conn}, AssetSettings: assetSettings,
+		Machines: registry.Machines{NC: rt.Conn},
 	})
 
 	// The catalog exists before any command is served.

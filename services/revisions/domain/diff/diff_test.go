@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -128,7 +129,7 @@ func randomText(r *rand.Rand) string {
 }
 
 func TestUnifiedApplies(t *testing.T) {
-	r := rand.New(rand.NewPCG(1, 2))
+	r := rand.New(rand.NewPCG(testSeed(t, 1), 2))
 	for i := range 2000 {
 		a, b := randomText(r), randomText(r)
 		for _, ctx := range []int{0, 1, 3} {
@@ -210,4 +211,21 @@ func orNone(b json.RawMessage) string {
 		return "-"
 	}
 	return string(b)
+}
+
+// testSeed is the seed of a test's random choices: ANVIL_TEST_SEED when it
+// is set, else def. It is logged, so that a failing run can be repeated
+// with ANVIL_TEST_SEED=<seed> (docs/e2e.md#random-seeds-in-tests).
+func testSeed(t testing.TB, def uint64) uint64 {
+	t.Helper()
+	seed := def
+	if s := os.Getenv("ANVIL_TEST_SEED"); s != "" {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("ANVIL_TEST_SEED=%q: want an unsigned integer", s)
+		}
+		seed = v
+	}
+	t.Logf("random seed %d (ANVIL_TEST_SEED=%d repeats it)", seed, seed)
+	return seed
 }

@@ -283,11 +283,11 @@ func TestAbortWithCrashes(t *testing.T) {
 	if testing.Short() || raceEnabled {
 		seeds = 25
 	}
-	for seed := range seeds {
+	for seed := range testSeeds(t, seeds) {
 		w := newWorld(8, 1)
 		w.nodes[uuidOf(4)].agentSilent = true
 		d := newDriver(t, w, startCmd("r1", machines(8), "3"))
-		rng := rand.New(rand.NewPCG(uint64(seed), 99))
+		rng := rand.New(rand.NewPCG(seed, 99))
 		abortAt := 3 + rng.IntN(25)
 		d.rng, d.crashP = rng, 0.15
 		for tick := 0; tick < 600 && !d.state.Status().Final(); tick++ {
@@ -620,8 +620,8 @@ func TestManyScenariosWithCrashes(t *testing.T) {
 	}
 	stats := map[string]int{}
 	defer func() { t.Logf("outcomes: %v", stats) }()
-	for seed := range n {
-		rng := rand.New(rand.NewPCG(uint64(seed), 2024))
+	for seed := range testSeeds(t, n) {
+		rng := rand.New(rand.NewPCG(seed, 2024))
 		size := 1 + rng.IntN(9)
 		w := newWorld(size, 1)
 		ms := machines(size)

@@ -2,9 +2,12 @@ package plan
 
 import (
 	"fmt"
+	"iter"
 	"math/rand/v2"
+	"os"
 	"reflect"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -578,10 +581,10 @@ func TestCrashAnywhere(t *testing.T) {
 	if testing.Short() || raceEnabled {
 		seeds = 40
 	}
-	for seed := range seeds {
+	for seed := range testSeeds(t, seeds) {
 		w := newWorld(10, 1)
 		d := newDriver(t, w, startCmd("r1", machines(10), "2"))
-		d.rng, d.crashP = rand.New(rand.NewPCG(uint64(seed), 7)), 0.05+float64(seed%10)/40
+		d.rng, d.crashP = rand.New(rand.NewPCG(seed, 7)), 0.05+float64(seed%10)/40
 		d.run(2000)
 		if st := d.state.Status(); st != rollout.StatusSucceeded {
 			t.Fatalf("seed %d: status %s after %d crashes", seed, st, d.crashes)
@@ -604,5 +607,43 @@ func TestCrashAnywhere(t *testing.T) {
 				t.Fatalf("seed %d: machine %d ended %+v", seed, i, n)
 			}
 		}
+	}
+}
+
+// testSeeds is the seeds of a test's random scenarios: 0 to n-1, or only
+// ANVIL_TEST_SEED when it is set (docs/e2e.md#random-seeds-in-tests). A
+// failure names the seed it happened at, even one the driver reports
+// without it, so ANVIL_TEST_SEED=<seed> repeats just that scenario.
+func testSeeds(t testing.TB, n int) iter.Seq[uint64] {
+	t.Helper()
+	var seeds []uint64
+	if s := os.Getenv("ANVIL_TEST_SEED"); s != "" {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("ANVIL_TEST_SEED=%q: want an unsigned integer", s)
+		}
+		seeds = []uint64{v}
+		t.Logf("random seed %d (ANVIL_TEST_SEED)", v)
+	} else {
+		for seed := range uint64(n) {
+			seeds = append(seeds, seed)
+		}
+		t.Logf("random seeds 0 to %d (ANVIL_TEST_SEED=<seed> runs one)", n-1)
+	}
+	var current uint64
+	running := false
+	t.Cleanup(func() {
+		if running && t.Failed() {
+			t.Logf("failed at random seed %d: ANVIL_TEST_SEED=%d repeats it", current, current)
+		}
+	})
+	return func(yield func(uint64) bool) {
+		for _, seed := range seeds {
+			current, running = seed, true
+			if !yield(seed) {
+				break
+			}
+		}
+		running = false
 	}
 }
