@@ -16,6 +16,8 @@ import (
 	"github.com/anvil-fleet/anvil/libs/events"
 	"github.com/anvil-fleet/anvil/libs/events/eventstest"
 	rev "github.com/anvil-fleet/anvil/services/revisions/api"
+	rolloutapi "github.com/anvil-fleet/anvil/services/rollout/api"
+	"github.com/anvil-fleet/anvil/services/rollout/domain/operation"
 )
 
 // The session store on a real JetStream: a session opens with its id
@@ -230,5 +232,30 @@ func TestSmallParsers(t *testing.T) {
 	tr := describe(&apiError{problem: problem{Status: http.StatusServiceUnavailable}}, "listing machines", "acme")
 	if !strings.Contains(tr.Happened, "listing machines") || !strings.Contains(tr.ToDo, "readyz") {
 		t.Errorf("503 advice: %+v", tr)
+	}
+}
+
+// A running rollout's page says why it waits, until when, and when it
+// last moved, from the API's conditions.
+func TestRolloutPageSaysWhyItWaits(t *testing.T) {
+	p, err := loadPages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &Console{pages: p, log: slog.New(slog.DiscardHandler)}
+	opens := time.Date(2026, 11, 28, 2, 0, 0, 0, time.UTC)
+	var ro rolloutapi.Rollout
+	ro.ID, ro.Pool, ro.Status, ro.Revision = "ro-1", "workers", "running", 2
+	ro.StartedAt = opens.Add(-time.Hour)
+	ro.Conditions = []operation.Condition{{Type: "Progressing", Status: "False", Reason: "OutsideMaintenanceWindow",
+		Message: "no machine begins outside the pool's maintenance windows", Until: opens}}
+	rec := httptest.NewRecorder()
+	c.render(rec, httptest.NewRequest("GET", "/ui/x", nil), 200, "rollout",
+		view{S: &session{Role: "viewer"}, Org: "acme", Section: "rollouts", Data: rolloutData{R: ro}})
+	body := rec.Body.String()
+	for _, want := range []string{"Why it waits", "OutsideMaintenanceWindow", "maintenance windows", "until 2026-11-28 02:00:00Z", "no estimate yet"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the rollout page lacks %q", want)
+		}
 	}
 }

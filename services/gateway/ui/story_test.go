@@ -102,8 +102,10 @@ func TestConsoleInABrowser(t *testing.T) {
 	b.open("/ui/orgs/acme/machines")
 	mark := b.marker()
 	fleet, err := sim.New(sim.Config{BootURL: s.boot, EnrollmentToken: enroll, Kube: cp.Client,
-		// reboots long enough that a rollout is still running when its page opens
-		RebootTime: 2 * time.Second, RebootJitter: 200 * time.Millisecond, MaxWait: 200 * time.Millisecond, Seed: seed,
+		// reboots long enough that a rollout is still running when its page
+		// opens, with room for a loaded 2-core machine under -race (a page
+		// load or two between Save & Apply and the rollout's page)
+		RebootTime: 6 * time.Second, RebootJitter: 200 * time.Millisecond, MaxWait: 200 * time.Millisecond, Seed: seed,
 		AgentIntervals: sim.TestIntervals(), Logger: slog.New(slog.DiscardHandler), StateDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
