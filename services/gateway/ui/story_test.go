@@ -240,6 +240,12 @@ func TestConsoleInABrowser(t *testing.T) {
 	b.do("desktop", chromedp.EmulateViewport(1280, 900))
 	b.darkMode(true)
 	b.open("/ui/orgs/acme/machines")
+	// At 1280 px the machines list fits: no column is cut off behind a
+	// sideways scroll.
+	if fits := b.js(`(() => { const w = document.querySelector('.table-wrap'); return String(w.scrollWidth <= w.clientWidth + 1) })()`); fits != "true" {
+		t.Fatalf("the machines table is wider than its box at 1280 px (%s > %s px)",
+			b.js(`String(document.querySelector('.table-wrap').scrollWidth)`), b.js(`String(document.querySelector('.table-wrap').clientWidth)`))
+	}
 	if bg := b.js(`getComputedStyle(document.body).backgroundColor`); bg != "rgb(15, 17, 21)" {
 		t.Fatalf("prefers-color-scheme: dark gives the background %s", bg)
 	}
