@@ -6,9 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -176,7 +174,7 @@ func TestDuplicatesAndRedeliveryKeepTheSameState(t *testing.T) {
 	}
 	noisy := newSums()
 	r := NewRunner(Config{Name: "noisy"}, env.JS, registry(), noisy, nil, nil)
-	rng := rand.New(rand.NewPCG(testSeed(t, 1), 2))
+	rng := rand.New(rand.NewPCG(eventstest.Seed(t, 1), 2))
 	for i := 0; i < len(msgs); {
 		// deliver a window forward, then redeliver part of it again
 		end := min(i+1+rng.IntN(20), len(msgs))
@@ -325,21 +323,4 @@ func TestTypeFilterSkipsOtherEvents(t *testing.T) {
 		b, _ := json.Marshal(model.labels)
 		t.Fatalf("sums %v labels %s", model.sum, b)
 	}
-}
-
-// testSeed is the seed of a test's random choices: ANVIL_TEST_SEED when it
-// is set, else def. It is logged, so that a failing run can be repeated
-// with ANVIL_TEST_SEED=<seed> (docs/e2e.md#random-seeds-in-tests).
-func testSeed(t testing.TB, def uint64) uint64 {
-	t.Helper()
-	seed := def
-	if s := os.Getenv("ANVIL_TEST_SEED"); s != "" {
-		v, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			t.Fatalf("ANVIL_TEST_SEED=%q: want an unsigned integer", s)
-		}
-		seed = v
-	}
-	t.Logf("random seed %d (ANVIL_TEST_SEED=%d repeats it)", seed, seed)
-	return seed
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/anvil-fleet/anvil/libs/events/errs"
+	"github.com/anvil-fleet/anvil/libs/events/eventstest"
 	"github.com/anvil-fleet/anvil/services/registry/api"
 	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
 )
@@ -141,7 +142,7 @@ func TestEncodedAnswersMatchTheStructs(t *testing.T) {
 func TestEncodedConcurrentUse(t *testing.T) {
 	m := New()
 	var seq uint64
-	evs := fleet("acme", 300, testSeed(t, 5), &seq)
+	evs := fleet("acme", 300, eventstest.Seed(t, 5), &seq)
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {

@@ -3,9 +3,6 @@ package readmodel
 import (
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"strconv"
-	"testing"
 	"time"
 
 	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
@@ -97,22 +94,4 @@ func load(m *Model, evs []envelope) {
 	for _, e := range evs {
 		m.Apply(e.seq, e.org, e.uuid, e.at, e.event)
 	}
-}
-
-// testSeed is the seed of a test's random fleet: ANVIL_TEST_SEED when it
-// is set, else def. It is logged, so that a failing run can be repeated
-// with ANVIL_TEST_SEED=<seed> (docs/e2e.md#random-seeds-in-tests). The
-// benchmarks and the fuzz corpus keep their fixed seeds.
-func testSeed(t testing.TB, def uint64) uint64 {
-	t.Helper()
-	seed := def
-	if s := os.Getenv("ANVIL_TEST_SEED"); s != "" {
-		v, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			t.Fatalf("ANVIL_TEST_SEED=%q: want an unsigned integer", s)
-		}
-		seed = v
-	}
-	t.Logf("random seed %d (ANVIL_TEST_SEED=%d repeats it)", seed, seed)
-	return seed
 }

@@ -12,13 +12,14 @@ import (
 	"time"
 
 	"github.com/anvil-fleet/anvil/libs/events/errs"
+	"github.com/anvil-fleet/anvil/libs/events/eventstest"
 	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
 	"github.com/anvil-fleet/anvil/services/registry/domain/selector"
 )
 
 func twoOrgs(t *testing.T) (*Model, []envelope) {
 	t.Helper()
-	return twoOrgsFrom(t, testSeed(t, 1))
+	return twoOrgsFrom(t, eventstest.Seed(t, 1))
 }
 
 // twoOrgsFrom builds twoOrgs' model from seed: its streams and their
@@ -159,7 +160,7 @@ func TestLastSeenIsNotHashed(t *testing.T) {
 }
 
 func TestSnapshotRestore(t *testing.T) {
-	seed := testSeed(t, 1)
+	seed := eventstest.Seed(t, 1)
 	m, evs := twoOrgsFrom(t, seed)
 	m.SetLastSeen(evs[0].org, evs[0].uuid, base.Add(time.Hour))
 	blob, err := m.Snapshot()
@@ -398,7 +399,7 @@ func TestBadFilters(t *testing.T) {
 func TestConcurrentUse(t *testing.T) {
 	m := New()
 	var seq uint64
-	evs := fleet("acme", 300, testSeed(t, 5), &seq)
+	evs := fleet("acme", 300, eventstest.Seed(t, 5), &seq)
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {

@@ -2,13 +2,11 @@ package service_test
 
 import (
 	"math/rand/v2"
-	"os"
 	"slices"
-	"strconv"
 	"strings"
-	"testing"
 	"time"
 
+	"github.com/anvil-fleet/anvil/libs/events/eventstest"
 	"github.com/anvil-fleet/anvil/services/rollout/domain/rollout"
 	"github.com/anvil-fleet/anvil/sim"
 )
@@ -29,7 +27,7 @@ func crashes(s *stack) {
 	rev := s.apply(org, pool, poolSpec("2", steady("3")))
 
 	// The seed fixes when the kills land, not how the services interleave.
-	rng := rand.New(rand.NewPCG(7, testSeed(s.t, uint64(time.Now().UnixNano()))))
+	rng := rand.New(rand.NewPCG(7, eventstest.Seed(s.t, uint64(time.Now().UnixNano()))))
 	kills := 0
 	for kills < 20 {
 		time.Sleep(time.Duration(50+rng.IntN(700)) * time.Millisecond)
@@ -142,21 +140,4 @@ func twoReplicas(s *stack) {
 		s.startRollout() // the remaining scenarios use the stack's own replica
 	}
 	stopOther()
-}
-
-// testSeed is the seed of a test's random choices: ANVIL_TEST_SEED when it
-// is set, else def. It is logged, so that a failing run can be repeated
-// with ANVIL_TEST_SEED=<seed> (docs/e2e.md#random-seeds-in-tests).
-func testSeed(t testing.TB, def uint64) uint64 {
-	t.Helper()
-	seed := def
-	if s := os.Getenv("ANVIL_TEST_SEED"); s != "" {
-		v, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			t.Fatalf("ANVIL_TEST_SEED=%q: want an unsigned integer", s)
-		}
-		seed = v
-	}
-	t.Logf("random seed %d (ANVIL_TEST_SEED=%d repeats it)", seed, seed)
-	return seed
 }

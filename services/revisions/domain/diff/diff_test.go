@@ -4,11 +4,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/anvil-fleet/anvil/libs/events/eventstest"
 )
 
 func TestUnifiedExact(t *testing.T) {
@@ -129,7 +130,7 @@ func randomText(r *rand.Rand) string {
 }
 
 func TestUnifiedApplies(t *testing.T) {
-	r := rand.New(rand.NewPCG(testSeed(t, 1), 2))
+	r := rand.New(rand.NewPCG(eventstest.Seed(t, 1), 2))
 	for i := range 2000 {
 		a, b := randomText(r), randomText(r)
 		for _, ctx := range []int{0, 1, 3} {
@@ -211,21 +212,4 @@ func orNone(b json.RawMessage) string {
 		return "-"
 	}
 	return string(b)
-}
-
-// testSeed is the seed of a test's random choices: ANVIL_TEST_SEED when it
-// is set, else def. It is logged, so that a failing run can be repeated
-// with ANVIL_TEST_SEED=<seed> (docs/e2e.md#random-seeds-in-tests).
-func testSeed(t testing.TB, def uint64) uint64 {
-	t.Helper()
-	seed := def
-	if s := os.Getenv("ANVIL_TEST_SEED"); s != "" {
-		v, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			t.Fatalf("ANVIL_TEST_SEED=%q: want an unsigned integer", s)
-		}
-		seed = v
-	}
-	t.Logf("random seed %d (ANVIL_TEST_SEED=%d repeats it)", seed, seed)
-	return seed
 }

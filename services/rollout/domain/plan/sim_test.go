@@ -4,14 +4,13 @@ import (
 	"fmt"
 	"iter"
 	"math/rand/v2"
-	"os"
 	"reflect"
 	"slices"
-	"strconv"
 	"testing"
 	"time"
 
 	"github.com/anvil-fleet/anvil/libs/events/errs"
+	"github.com/anvil-fleet/anvil/libs/events/eventstest"
 	"github.com/anvil-fleet/anvil/services/revisions/domain/pool"
 	"github.com/anvil-fleet/anvil/services/rollout/domain/rollout"
 )
@@ -617,11 +616,7 @@ func TestCrashAnywhere(t *testing.T) {
 func testSeeds(t testing.TB, n int) iter.Seq[uint64] {
 	t.Helper()
 	var seeds []uint64
-	if s := os.Getenv("ANVIL_TEST_SEED"); s != "" {
-		v, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			t.Fatalf("ANVIL_TEST_SEED=%q: want an unsigned integer", s)
-		}
+	if v, ok := eventstest.SeedFromEnv(t); ok {
 		seeds = []uint64{v}
 		t.Logf("random seed %d (ANVIL_TEST_SEED)", v)
 	} else {
