@@ -11,7 +11,7 @@ import (
 	"github.com/anvil-fleet/anvil/services/boot/domain/signing"
 	regapi "github.com/anvil-fleet/anvil/services/registry/api"
 	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
-	"github.com/anvil-fleet/anvil/services/revisions/domain/render"
+	revapi "github.com/anvil-fleet/anvil/services/revisions/api"
 )
 
 // Ignition answers GET /ignition?uuid&token, which Flatcar's Ignition calls
@@ -81,7 +81,7 @@ func (a *App) Ignition(ctx context.Context, rawQuery string) ([]byte, error) {
 		}
 		return nil, a.ignitionRefused(ctx, "revisions_unavailable", asUnavailable(err, "the revisions service"), "org", claims.Org, "uuid", uuid, "err", err)
 	}
-	out, err := render.InjectCredential(r.Ignition, a.Keys.SignCredential(claims.Org, uuid, r.MachineRevisionID, now))
+	out, err := revapi.InjectCredential(r.Ignition, a.Keys.SignCredential(claims.Org, uuid, r.MachineRevisionID, now))
 	if err != nil {
 		return nil, a.ignitionRefused(ctx, "internal", errs.Internal("injecting the agent credential: %v", err), "org", claims.Org, "uuid", uuid)
 	}

@@ -152,7 +152,7 @@ func TestRenderMachine(t *testing.T) {
 	if bytes.Count(out.Ignition, []byte(api.AgentCredentialPlaceholder)) != 1 {
 		t.Fatal("the placeholder does not occur exactly once")
 	}
-	withCred, err := render.InjectCredential(out.Ignition, "cred_0123456789-abcdefghijKLMNOP")
+	withCred, err := api.InjectCredential(out.Ignition, "cred_0123456789-abcdefghijKLMNOP")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/anvil-fleet/anvil/libs/fields"
+	"github.com/anvil-fleet/anvil/services/revisions/api"
 )
 
 // DNSLabel checks an RFC 1123 label: the form of every aggregate id here,
@@ -88,7 +89,7 @@ func Text(s string, max int) error { return fields.Text(s, max, true) }
 // byte for byte, with a machine's agent credential in the rendered
 // Ignition. It uses only characters that neither a data URL nor JSON
 // escapes, so it appears verbatim; no user-settable field may contain it.
-const AgentCredentialPlaceholder = "ANVIL_AGENT_CREDENTIAL_PLACEHOLDER_0F6C1B9E2D7A4853_REPLACED_BY_THE_BOOT_SERVICE"
+const AgentCredentialPlaceholder = api.AgentCredentialPlaceholder
 
 // NoPlaceholder refuses text that contains the agent credential placeholder.
 func NoPlaceholder(s string) error {

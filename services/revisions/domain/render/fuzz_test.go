@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/anvil-fleet/anvil/services/revisions/api"
 	"github.com/anvil-fleet/anvil/services/revisions/domain/pool"
 )
 
@@ -27,7 +28,7 @@ func checkRender(t *testing.T, cfg pool.Config, settings pool.MachineSettings) {
 		t.Fatalf("valid input did not render: %v\nconfig: %+v\nsettings: %+v", err, cfg, settings)
 	}
 	parseIgnition(t, out)
-	withCred, err := InjectCredential(out, testCredential)
+	withCred, err := api.InjectCredential(out, testCredential)
 	if err != nil {
 		t.Fatal(err)
 	}

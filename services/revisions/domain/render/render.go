@@ -31,13 +31,8 @@ import (
 // AgentCredentialPlaceholder appears exactly once in every rendered
 // config, inside the data URL of /etc/anvil/agent.env. The boot service
 // replaces it byte for byte with the machine's credential, which must
-// match CredentialPattern; such a credential needs no escaping in a data
-// URL or in JSON, so the config stays valid.
+// match api.CredentialPattern (api.InjectCredential does it).
 const AgentCredentialPlaceholder = check.AgentCredentialPlaceholder
-
-// CredentialPattern is the form of a credential that may replace the
-// placeholder.
-var CredentialPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{20,128}$`)
 
 // Paths on the machine that other components rely on.
 const (
@@ -226,19 +221,6 @@ func VerifyIgnition(cfg []byte) error {
 		return errs.Internal("render: the credential placeholder occurs %d times, want exactly 1", n)
 	}
 	return nil
-}
-
-// InjectCredential replaces the placeholder in a rendered config with a
-// machine's agent credential. It is what the boot service does per
-// request; it refuses a credential that would need escaping.
-func InjectCredential(cfg []byte, credential string) ([]byte, error) {
-	if !CredentialPattern.MatchString(credential) {
-		return nil, errs.Invalid("credential", "must match %s", CredentialPattern)
-	}
-	if n := bytes.Count(cfg, []byte(AgentCredentialPlaceholder)); n != 1 {
-		return nil, errs.Internal("render: the credential placeholder occurs %d times, want exactly 1", n)
-	}
-	return bytes.Replace(cfg, []byte(AgentCredentialPlaceholder), []byte(credential), 1), nil
 }
 
 // Butane returns the Butane YAML for in (for debugging and the API's

@@ -14,6 +14,7 @@ import (
 	"github.com/vincent-petithory/dataurl"
 
 	"github.com/anvil-fleet/anvil/libs/events/errs"
+	"github.com/anvil-fleet/anvil/services/revisions/api"
 	"github.com/anvil-fleet/anvil/services/revisions/domain/pool"
 )
 
@@ -80,7 +81,7 @@ func TestGolden(t *testing.T) {
 			// The golden file itself is valid Ignition, as rendered and
 			// after the boot service swaps in a credential.
 			parsed := parseIgnition(t, want)
-			withCred, err := InjectCredential(want, testCredential)
+			withCred, err := api.InjectCredential(want, testCredential)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -346,12 +347,12 @@ func TestInjectCredential(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, bad := range []string{"short", `has"quote-0123456789abc`, "has%25percent0123456789", strings.Repeat("a", 129)} {
-		if _, err := InjectCredential(out, bad); err == nil {
+		if _, err := api.InjectCredential(out, bad); err == nil {
 			t.Errorf("accepted credential %q", bad)
 		}
 	}
 	for _, good := range []string{strings.Repeat("a", 20), strings.Repeat("Z9_-", 32)} {
-		b, err := InjectCredential(out, good)
+		b, err := api.InjectCredential(out, good)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -359,7 +360,7 @@ func TestInjectCredential(t *testing.T) {
 		if !json.Valid(b) || bytes.Contains(b, []byte(AgentCredentialPlaceholder)) {
 			t.Fatal("bad substitution")
 		}
-		if _, err := InjectCredential(b, good); err == nil {
+		if _, err := api.InjectCredential(b, good); err == nil {
 			t.Fatal("injected twice")
 		}
 	}
