@@ -61,6 +61,35 @@ func EnvInt(name string, def int) int {
 	return n
 }
 
+// EnvDuration is Env for durations ("90s", "5m"); a malformed value is
+// reported at start.
+func EnvDuration(name string, def time.Duration) time.Duration {
+	v, ok := os.LookupEnv(name)
+	if !ok {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s=%q is not a duration; using %s\n", name, v, def)
+		return def
+	}
+	return d
+}
+
+// EnvFloat is Env for numbers; a malformed value is reported at start.
+func EnvFloat(name string, def float64) float64 {
+	v, ok := os.LookupEnv(name)
+	if !ok {
+		return def
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s=%q is not a number; using %g\n", name, v, def)
+		return def
+	}
+	return f
+}
+
 // RegisterFlags binds the shared flags, each defaulting to its environment
 // variable. adminAddr is the service's default admin listener.
 func (c *Config) RegisterFlags(fs *flag.FlagSet, service, adminAddr string) {

@@ -132,29 +132,20 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"extra Flatcar kernel arguments, space-separated (env ANVIL_BOOT_KERNEL_ARGS)")
 	fs.StringVar(&c.SigningKeys, "signing-keys", svc.Env("ANVIL_BOOT_SIGNING_KEYS", ""),
 		"base64 keys (at least 32 bytes each, comma-separated; the first signs) for per-boot tokens and agent credentials; empty uses a generated key kept in JetStream KV anvil_boot_keys. Prefer the env var (env ANVIL_BOOT_SIGNING_KEYS)")
-	fs.DurationVar(&c.BootTokenTTL, "boot-token-ttl", envDuration("ANVIL_BOOT_TOKEN_TTL", DefaultBootTokenTTL),
+	fs.DurationVar(&c.BootTokenTTL, "boot-token-ttl", svc.EnvDuration("ANVIL_BOOT_TOKEN_TTL", DefaultBootTokenTTL),
 		"how long a per-boot token in the Ignition URL is accepted (env ANVIL_BOOT_TOKEN_TTL)")
-	fs.DurationVar(&c.RetryInitial, "ipxe-retry-initial", envDuration("ANVIL_BOOT_IPXE_RETRY_INITIAL", DefaultRetryInitial),
+	fs.DurationVar(&c.RetryInitial, "ipxe-retry-initial", svc.EnvDuration("ANVIL_BOOT_IPXE_RETRY_INITIAL", DefaultRetryInitial),
 		"first delay before iPXE asks again (waiting or refused); it doubles per attempt (env ANVIL_BOOT_IPXE_RETRY_INITIAL)")
-	fs.DurationVar(&c.RetryMax, "ipxe-retry-max", envDuration("ANVIL_BOOT_IPXE_RETRY_MAX", DefaultRetryMax),
+	fs.DurationVar(&c.RetryMax, "ipxe-retry-max", svc.EnvDuration("ANVIL_BOOT_IPXE_RETRY_MAX", DefaultRetryMax),
 		"longest delay before iPXE asks again (env ANVIL_BOOT_IPXE_RETRY_MAX)")
 	fs.Int64Var(&c.IgnitionCacheBytes, "ignition-cache-bytes", int64(svc.EnvInt("ANVIL_BOOT_IGNITION_CACHE_BYTES", DefaultCacheBytes)),
 		"bound of the rendered-Ignition cache in bytes (env ANVIL_BOOT_IGNITION_CACHE_BYTES)")
-	fs.DurationVar(&c.IgnitionCacheTTL, "ignition-cache-ttl", envDuration("ANVIL_BOOT_IGNITION_CACHE_TTL", DefaultCacheTTL),
+	fs.DurationVar(&c.IgnitionCacheTTL, "ignition-cache-ttl", svc.EnvDuration("ANVIL_BOOT_IGNITION_CACHE_TTL", DefaultCacheTTL),
 		"how long a rendered Ignition config is reused (env ANVIL_BOOT_IGNITION_CACHE_TTL)")
 	fs.IntVar(&c.PrepareWorkers, "prepare-workers", svc.EnvInt("ANVIL_BOOT_PREPARE_WORKERS", 1),
 		"workers that render a machine's Ignition ahead of its boot when it is targeted with a revision; -1 disables (env ANVIL_BOOT_PREPARE_WORKERS)")
-	fs.DurationVar(&c.InstructionTTL, "instruction-ttl", envDuration("ANVIL_BOOT_INSTRUCTION_TTL", DefaultInstrTTL),
+	fs.DurationVar(&c.InstructionTTL, "instruction-ttl", svc.EnvDuration("ANVIL_BOOT_INSTRUCTION_TTL", DefaultInstrTTL),
 		"how long an instruction without its own expiry waits to be accepted by the agent (env ANVIL_BOOT_INSTRUCTION_TTL)")
-}
-
-func envDuration(name string, def time.Duration) time.Duration {
-	d, err := time.ParseDuration(svc.Env(name, def.String()))
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "%s is not a duration; using %s\n", name, def)
-		return def
-	}
-	return d
 }
 
 // withDefaults fills zero values and checks the configuration; errors name

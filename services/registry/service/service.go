@@ -8,7 +8,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/anvil-fleet/anvil/libs/events"
@@ -57,35 +56,19 @@ const (
 // RegisterFlags binds the service's flags, each with an environment default.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Config.RegisterFlags(fs, Name, "127.0.0.1:9101")
-	fs.DurationVar(&c.OfflineAfter, "offline-after", envDuration("ANVIL_REGISTRY_OFFLINE_AFTER", 90*time.Second),
+	fs.DurationVar(&c.OfflineAfter, "offline-after", svc.EnvDuration("ANVIL_REGISTRY_OFFLINE_AFTER", 90*time.Second),
 		"heartbeat silence after which a machine goes offline (env ANVIL_REGISTRY_OFFLINE_AFTER)")
-	fs.DurationVar(&c.SweepInterval, "offline-sweep-interval", envDuration("ANVIL_REGISTRY_OFFLINE_SWEEP_INTERVAL", 10*time.Second),
+	fs.DurationVar(&c.SweepInterval, "offline-sweep-interval", svc.EnvDuration("ANVIL_REGISTRY_OFFLINE_SWEEP_INTERVAL", 10*time.Second),
 		"how often silent machines are looked for (env ANVIL_REGISTRY_OFFLINE_SWEEP_INTERVAL)")
 	fs.StringVar(&c.Instance, "instance", svc.Env("ANVIL_INSTANCE", ""),
 		"this replica's name, for its projection consumers; defaults to a random ID (env ANVIL_INSTANCE)")
-	fs.DurationVar(&c.IPXERecordInterval, "ipxe-record-interval", envDuration("ANVIL_REGISTRY_IPXE_RECORD_INTERVAL", DefaultIPXERecordInterval),
+	fs.DurationVar(&c.IPXERecordInterval, "ipxe-record-interval", svc.EnvDuration("ANVIL_REGISTRY_IPXE_RECORD_INTERVAL", DefaultIPXERecordInterval),
 		"an iPXE boot that changes nothing (a machine waiting in its boot loop) is recorded in the event log at most once per interval; "+
 			"its time is kept in the KV bucket anvil_ipxe_boots meanwhile; negative: record every boot (env ANVIL_REGISTRY_IPXE_RECORD_INTERVAL)")
-	fs.Float64Var(&c.EnrollmentRate, "enrollment-rate", envFloat("ANVIL_REGISTRY_ENROLLMENT_RATE", DefaultEnrollmentRate),
+	fs.Float64Var(&c.EnrollmentRate, "enrollment-rate", svc.EnvFloat("ANVIL_REGISTRY_ENROLLMENT_RATE", DefaultEnrollmentRate),
 		"machines one enrollment token may register per second (a token bucket); negative: no limit (env ANVIL_REGISTRY_ENROLLMENT_RATE)")
-	fs.IntVar(&c.EnrollmentBurst, "enrollment-burst", int(envFloat("ANVIL_REGISTRY_ENROLLMENT_BURST", DefaultEnrollmentBurst)),
+	fs.IntVar(&c.EnrollmentBurst, "enrollment-burst", svc.EnvInt("ANVIL_REGISTRY_ENROLLMENT_BURST", DefaultEnrollmentBurst),
 		"machines one enrollment token may register at once before --enrollment-rate applies (env ANVIL_REGISTRY_ENROLLMENT_BURST)")
-}
-
-func envDuration(name string, def time.Duration) time.Duration {
-	d, err := time.ParseDuration(svc.Env(name, def.String()))
-	if err != nil {
-		return def
-	}
-	return d
-}
-
-func envFloat(name string, def float64) float64 {
-	f, err := strconv.ParseFloat(svc.Env(name, strconv.FormatFloat(def, 'g', -1, 64)), 64)
-	if err != nil {
-		return def
-	}
-	return f
 }
 
 // Service is a running registry, for tests and the dev stack.

@@ -50,24 +50,14 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Config.RegisterFlags(fs, Name, "127.0.0.1:9103")
 	fs.StringVar(&c.Instance, "instance", svc.Env("ANVIL_INSTANCE", ""),
 		"this replica's name, for its projection consumer and its rollout leases; default a random id (env ANVIL_INSTANCE)")
-	fs.DurationVar(&c.LeaseTTL, "lease-ttl", envDuration("ANVIL_ROLLOUT_LEASE_TTL", 15*time.Second),
+	fs.DurationVar(&c.LeaseTTL, "lease-ttl", svc.EnvDuration("ANVIL_ROLLOUT_LEASE_TTL", 15*time.Second),
 		"how long a rollout lease lasts without renewal; another replica takes over a dead one's rollouts after it (env ANVIL_ROLLOUT_LEASE_TTL)")
-	fs.DurationVar(&c.Poll, "poll", envDuration("ANVIL_ROLLOUT_POLL", 2*time.Second),
+	fs.DurationVar(&c.Poll, "poll", svc.EnvDuration("ANVIL_ROLLOUT_POLL", 2*time.Second),
 		"how often a waiting step looks again when no change notification came (env ANVIL_ROLLOUT_POLL)")
-	fs.DurationVar(&c.Replan, "replan", envDuration("ANVIL_ROLLOUT_REPLAN", 30*time.Second),
+	fs.DurationVar(&c.Replan, "replan", svc.EnvDuration("ANVIL_ROLLOUT_REPLAN", 30*time.Second),
 		"safety-net interval at which each rollout is planned again without any event (env ANVIL_ROLLOUT_REPLAN)")
 	fs.IntVar(&c.RemediationMaxInFlight, "remediation-max-in-flight", svc.EnvInt("ANVIL_ROLLOUT_REMEDIATION_MAX_IN_FLIGHT", 0),
 		"give a machine that booted but never came back one more reboot, at most this many machines of a rollout at a time; 0 disables; the default for pools whose rollout.remediation is not set (env ANVIL_ROLLOUT_REMEDIATION_MAX_IN_FLIGHT)")
-}
-
-func envDuration(name string, def time.Duration) time.Duration {
-	if v := svc.Env(name, ""); v != "" {
-		if d, err := time.ParseDuration(v); err == nil {
-			return d
-		}
-		fmt.Printf("%s=%q is not a duration; using %s\n", name, v, def)
-	}
-	return def
 }
 
 func (c Config) withDefaults() (Config, error) {
