@@ -15,7 +15,7 @@ BENCH ?= .
 BENCHTIME ?= 1x
 STATICCHECK_VERSION ?= v0.8.2
 
-.PHONY: run assets sysext demo test bench lint fmt tidy deps kube-bins node-bins testos chromium qemu ipxe-artifact images real-machine
+.PHONY: run assets sysext demo test bench bench-check lint fmt tidy deps kube-bins node-bins testos chromium qemu ipxe-artifact images real-machine
 
 # The dev stack's data, and the boot service's assets directory in it:
 # assets/ (the agent, make assets), sysext/ (Kubernetes sysexts), flatcar/.
@@ -57,8 +57,9 @@ sysext: ## build the Kubernetes sysext of KUBERNETES_VERSION=x.y.z (default 1.37
 demo: kube-bins ## the seed story with live progress on a real control plane, then the stack stays up until Ctrl-C (DEMOFLAGS=-h lists its flags)
 	$(GO) run ./demo/cmd/anvil-demo $(DEMOFLAGS)
 
-test: deps ## go test -race over every module
+test: deps ## go test -race over every module, then every benchmark once at its tiny size (bench-check)
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TESTFLAGS) $(PKGS)
+	$(MAKE) --no-print-directory bench-check
 
 deps: qemu chromium kube-bins node-bins testos ## what the tests need beyond Go, installed or built once and cached
 
@@ -105,8 +106,27 @@ URL ?= http://127.0.0.1:8081/boot.ipxe?token=REPLACE_WITH_ENROLLMENT_TOKEN
 ipxe-artifact: ## a bootable iPXE artifact with the chain URL built in: make ipxe-artifact URL=…
 	bash services/boot/ipxe/build.sh --url "$(URL)" --out ipxe-out
 
-bench: ## benchmarks, each reported against a baseline measured in the same run
+# Every benchmark's size comes from the environment variable
+# ANVIL_BENCH_SCALE: full (unset), tiny, or a factor of the full size
+# (docs/performance.md).
+# The packages that hold benchmarks (bench-check runs only these).
+BENCH_PKGS = $(shell grep -rl --include='*_test.go' '^func Benchmark' $(MODULES) | xargs -n1 dirname | sort -u | sed 's|^|./|')
+BENCH_CHECK_TIMEOUT ?= 10m
+
+bench: ## benchmarks, each reported against a baseline measured in the same run (ANVIL_BENCH_SCALE=tiny|full|0.1 sets their size)
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) -benchmem -timeout 60m $(PKGS)
+
+# The end-to-end benchmark (mostly building binaries and waiting for its
+# processes) runs beside the others: go test runs benchmarks one package
+# at a time.
+bench-check: ## every benchmark once at its tiny size (ANVIL_BENCH_SCALE=tiny), so that a broken one fails; part of make test
+	@start=$$(date +%s); out=$$(mktemp -d); \
+	run() { ANVIL_BENCH_SCALE=tiny $(GO) test -count=1 -run '^$$' -bench . -benchtime 1x -timeout $(BENCH_CHECK_TIMEOUT) "$$@"; }; \
+	run $(filter ./e2e,$(BENCH_PKGS)) >"$$out/e2e" 2>&1 & e2e=$$!; \
+	rc=0; run $(filter-out ./e2e,$(BENCH_PKGS)) >"$$out/rest" 2>&1 || rc=1; \
+	wait $$e2e || rc=1; cat "$$out/rest" "$$out/e2e"; rm -rf "$$out"; \
+	if [ $$rc != 0 ]; then echo "bench-check: a benchmark failed (above)"; exit 1; fi; \
+	echo "bench-check: every benchmark ran once at the tiny size in $$(( $$(date +%s) - start ))s"
 
 lint: ## go vet, gofmt and staticcheck
 	$(GO) vet $(PKGS)

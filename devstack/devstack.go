@@ -42,7 +42,13 @@ type Config struct {
 	// EncryptionKeys seal cluster credentials (ANVIL_REVISIONS_ENCRYPTION_KEYS);
 	// generated on first start when empty and kept in the data directory.
 	EncryptionKeys string
-	Logger         *slog.Logger
+	// AdminAddrs are admin listeners (/healthz, /readyz, /metrics) by
+	// service name (registry, revisions, rollout, boot, gateway); a
+	// service not named has none. The public listeners (GatewayAddr,
+	// BootAddr) serve no /metrics. The services share this process and its
+	// metrics registry, so each /metrics shows every service's series.
+	AdminAddrs map[string]string
+	Logger     *slog.Logger
 
 	// What machines are handed, read from the same variables as the
 	// anvil-boot binary and passed to both the boot and the revisions
@@ -192,7 +198,7 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 
 	base := func(name string) (svc.Config, svc.Options, error) {
 		nc, err := srv.Connect()
-		return svc.Config{Service: name, StreamReplicas: 1, LogLevel: "info"},
+		return svc.Config{Service: name, StreamReplicas: 1, LogLevel: "info", AdminAddr: cfg.AdminAddrs[name]},
 			svc.Options{Conn: nc, Logger: cfg.Logger.With("service", name)}, err
 	}
 	type runner func(context.Context) error

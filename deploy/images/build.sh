@@ -66,6 +66,12 @@ build_go() {
 	if grep -qE '^var version( string)? =' "$pkg"/*.go 2>/dev/null; then
 		ld+=" -X main.version=$version"
 	fi
+	# Every service reports its release in anvil_build_info and (the
+	# gateway) GET /version; a binary without the package ignores it.
+	ld+=" -X github.com/anvil-fleet/anvil/libs/events/buildinfo.version=$version"
+	if commit=$(git -C "$root" rev-parse HEAD 2>/dev/null); then
+		ld+=" -X github.com/anvil-fleet/anvil/libs/events/buildinfo.gitCommit=$commit"
+	fi
 	"$GO" build -trimpath -ldflags "$ld" -o "$dst" "$pkg"
 }
 

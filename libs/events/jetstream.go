@@ -127,6 +127,7 @@ func (s *JetStreamStore) Append(ctx context.Context, ref AggregateRef, expected 
 			attribute.Int("messaging.batch.message_count", len(drafts)),
 		))
 	defer func() { endSpan(span, err) }()
+	defer observeAppend(ref.Type, time.Now(), &err)
 
 	envs, err := seal(ctx, s.reg, ref, s.now(), s.actor, drafts)
 	if err != nil {

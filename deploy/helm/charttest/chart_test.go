@@ -68,6 +68,9 @@ func TestSchemaRefusesBadValues(t *testing.T) {
 		"removed sysextURL":      "revisions: {sysextURL: 'https://old.example/sysext'}",
 		"mirror without arch":    "boot: {sysextMirror: 'https://m.example/kubernetes-v{version}.raw'}",
 		"relative assets dir":    "boot: {assetsDir: srv/anvil}",
+		"error ratio above 1":    "metrics: {prometheusRule: {httpErrorRatio: 5}}",
+		"bad scrape interval":    "metrics: {serviceMonitor: {interval: often}}",
+		"unknown metrics field":  "metrics: {grafana: {enabled: true}}",
 	} {
 		t.Run(name, func(t *testing.T) {
 			// With the Secret, so that a refusal is for the mistake, not for missing credentials.

@@ -133,6 +133,10 @@ networkPolicy:
   extraEgress:
     - to: [{namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: observability}}}]
       ports: [{port: 4318, protocol: TCP}]
+metrics:
+  serviceMonitor: {enabled: true, interval: 15s, scrapeTimeout: 10s, labels: {release: kube-prometheus-stack}}
+  prometheusRule: {enabled: true, labels: {release: kube-prometheus-stack}, machineOfflineMinutes: 20, httpErrorRatio: 0.02}
+  dashboard: {enabled: true, annotations: {grafana_folder: anvil}}
 `},
 	{name: "external-nats-creds-admin-hash", values: `
 adminToken:
@@ -244,6 +248,11 @@ func render(t testing.TB, ch *chart.Chart, release, namespace string, vals map[s
 			continue
 		}
 		obj, gvk, err := strictDecoder.Decode([]byte(doc), nil, nil)
+		if runtime.IsNotRegisteredError(err) {
+			// The Prometheus Operator's kinds are not in client-go's scheme:
+			// checked against their own shapes by TestMonitoring.
+			obj, gvk, err = decodeMonitoring(doc)
+		}
 		if err != nil {
 			t.Fatalf("decoding a rendered manifest: %v\n%s", err, doc)
 		}

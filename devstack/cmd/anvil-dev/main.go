@@ -30,12 +30,22 @@ func main() {
 		"the boot service's assets directory: assets/anvil-agent-linux-<arch>, sysext/kubernetes-v<version>-<arch>.raw, flatcar/…; make run sets it to $ANVIL_DATA_DIR/assets, where make assets builds the agent (env ANVIL_BOOT_ASSETS_DIR)")
 	flag.StringVar(&cfg.SysextMirror, "sysext-mirror", svc.Env("ANVIL_BOOT_SYSEXT_MIRROR", ""),
 		"URL template with {version} and {arch} from which a missing Kubernetes sysext is fetched (env ANVIL_BOOT_SYSEXT_MIRROR)")
+	var adminAddr string
+	flag.StringVar(&adminAddr, "admin-addr", svc.Env("ANVIL_DEV_ADMIN_ADDR", "127.0.0.1:9100"),
+		"admin listener: /metrics of every service (one process, one registry) and the gateway's /healthz and /readyz; empty disables (env ANVIL_DEV_ADMIN_ADDR)")
 	flag.StringVar(&cfg.NATSAddr, "nats-addr", svc.Env("ANVIL_DEV_NATS_ADDR", ""), "also accept external NATS clients here, e.g. 127.0.0.1:4222 (env ANVIL_DEV_NATS_ADDR)")
 	flag.StringVar(&cfg.KubernetesVersions, "kubernetes-versions", svc.Env("ANVIL_KUBERNETES_VERSIONS", ""),
 		"comma-separated x.y.z Kubernetes versions that seed the catalog on the first start; empty: the revisions service's default (env ANVIL_KUBERNETES_VERSIONS)")
 	flag.StringVar(&logLevel, "log-level", svc.Env("ANVIL_LOG_LEVEL", "info"), "debug, info, warn or error (env ANVIL_LOG_LEVEL)")
 	flag.StringVar(&logFormat, "log-format", svc.Env("ANVIL_LOG_FORMAT", "text"), "json or text (env ANVIL_LOG_FORMAT)")
 	flag.Parse()
+	if err := svc.CheckConfig(flag.CommandLine, func() error { return svc.CheckLogSettings(logLevel, logFormat) }); err != nil {
+		fmt.Fprintf(os.Stderr, "anvil-dev: invalid configuration:\n  %s\n", strings.ReplaceAll(err.Error(), "\n", "\n  "))
+		os.Exit(2)
+	}
+	if adminAddr != "" {
+		cfg.AdminAddrs = map[string]string{"gateway": adminAddr}
+	}
 	cfg.AdminToken = os.Getenv("ANVIL_ADMIN_TOKEN")
 	cfg.EncryptionKeys = os.Getenv("ANVIL_REVISIONS_ENCRYPTION_KEYS")
 	cfg.Logger = telemetry.NewLogger("anvil-dev", logLevel, logFormat)
@@ -68,6 +78,9 @@ func main() {
 		assets = "none (set ANVIL_BOOT_ASSETS_DIR, or use make run)"
 	}
 	fmt.Printf("  assets:  %s\n", assets)
+	if adminAddr != "" {
+		fmt.Printf("  metrics: http://%s/metrics\n", adminAddr)
+	}
 	if url := st.NATS.ClientURL(); url != "" {
 		fmt.Printf("  nats:    %s\n", url)
 	}

@@ -69,7 +69,27 @@ var (
 		Name: "anvil_commands_handled_total",
 		Help: "Commands and queries served, by subject and outcome kind.",
 	}, []string{"subject", "outcome"})
+	// durationBuckets are the command latency buckets, in seconds.
+	durationBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
+	handleDuration  = promauto.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "anvil_command_handle_duration_seconds",
+		Help:    "Time a server took to handle a command or query (decode, handler, reply), by subject and outcome: ok or the error kind.",
+		Buckets: durationBuckets,
+	}, []string{"subject", "outcome"})
+	requestDuration = promauto.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "anvil_command_request_duration_seconds",
+		Help:    "Time a caller waited for the answer to a command or query (the round trip over NATS), by subject and outcome: ok or the error kind (unavailable for no responder or a timeout).",
+		Buckets: durationBuckets,
+	}, []string{"subject", "outcome"})
 )
+
+// outcomeOf is the outcome label of err: "ok" or its error kind.
+func outcomeOf(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	return string(errs.KindOf(err))
+}
 
 // Server serves commands on one connection with bounded concurrency.
 type Server struct {
@@ -175,6 +195,8 @@ func (s *Server) Close() {
 }
 
 func (s *Server) serve(m *nats.Msg, subject string, fn func(context.Context, []byte) (any, error)) {
+	start, outcome := time.Now(), "ok"
+	defer func() { handleDuration.WithLabelValues(subject, outcome).Observe(time.Since(start).Seconds()) }()
 	ctx := context.Background()
 	if m.Header != nil {
 		ctx = otel.GetTextMapPropagator().Extract(ctx, events.HeaderCarrier(m.Header))
@@ -226,7 +248,8 @@ func (s *Server) serve(m *nats.Msg, subject string, fn func(context.Context, []b
 			span.SetStatus(codes.Error, err.Error())
 			s.log.ErrorContext(ctx, "command failed", "subject", subject, "err", err)
 		}
-		handled.WithLabelValues(subject, string(rep.Error.Kind)).Inc()
+		outcome = string(rep.Error.Kind)
+		handled.WithLabelValues(subject, outcome).Inc()
 	} else {
 		rep.Result, err = json.Marshal(result)
 		if err != nil {
@@ -284,7 +307,9 @@ func CallJSON[Req any](ctx context.Context, nc *nats.Conn, subject string, req R
 }
 
 // call sends req and returns the raw result of the reply.
-func call[Req any](ctx context.Context, span trace.Span, nc *nats.Conn, subject string, req Req) ([]byte, error) {
+func call[Req any](ctx context.Context, span trace.Span, nc *nats.Conn, subject string, req Req) (_ []byte, err error) {
+	start := time.Now()
+	defer func() { requestDuration.WithLabelValues(subject, outcomeOf(err)).Observe(time.Since(start).Seconds()) }()
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, DefaultTimeout)

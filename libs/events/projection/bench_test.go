@@ -83,12 +83,10 @@ func fillFast(b *testing.B, env *eventstest.Env, aggregates, perAggregate int) u
 // BenchmarkRebuildVsRawRead rebuilds a projection over 1,000,000 events
 // (10,000 aggregates × 100) and compares its rate with a raw ordered-consumer
 // read of the same stream in the same run. Targets: ratio >= 0.5 and the
-// rebuild in <= 10 s. ANVIL_BENCH_EVENTS_SCALE can shrink it for a quick run.
+// rebuild in <= 10 s. ANVIL_BENCH_SCALE sets the size (docs/performance.md).
 func BenchmarkRebuildVsRawRead(b *testing.B) {
-	aggregates, per := 10_000, 100
-	if testing.Short() {
-		aggregates, per = 1000, 20
-	}
+	aggregates := eventstest.BenchSize(b, "aggregates", 10_000, 50)
+	per := eventstest.BenchSize(b, "events per aggregate", 100, 5)
 	env := eventstest.Start(b, registry())
 	last := fillFast(b, env, aggregates, per)
 	total := float64(last)
@@ -144,4 +142,7 @@ func BenchmarkRebuildVsRawRead(b *testing.B) {
 	b.ReportMetric(total*n/rebuildDur.Seconds(), "rebuild_events/s")
 	b.ReportMetric(rawDur.Seconds()/rebuildDur.Seconds(), "ratio_vs_raw")
 	b.ReportMetric(rebuildDur.Seconds()/n, "rebuild_s")
+	b.Logf("%d events (%d aggregates × %d) read raw in %s and rebuilt into a projection in %s, %d time(s); ratio %.2f",
+		last, aggregates, per, (rawDur / time.Duration(b.N)).Round(time.Millisecond), (rebuildDur / time.Duration(b.N)).Round(time.Millisecond),
+		b.N, rawDur.Seconds()/rebuildDur.Seconds())
 }

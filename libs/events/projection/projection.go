@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -63,6 +64,12 @@ var (
 		Name: "anvil_projection_applied_total",
 		Help: "Events applied by the projection.",
 	}, []string{"projection"})
+	lagSeconds = promauto.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "anvil_projection_lag_seconds",
+		Help: "Seconds from an event's time to the moment the projection applied it, once the projection has caught up " +
+			"with the log (the replay at start is not observed).",
+		Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
+	}, []string{"projection"})
 )
 
 // Runner feeds one model from the log.
@@ -78,6 +85,11 @@ type Runner struct {
 
 	lagMetric, checkpointMetric interface{ Set(float64) }
 	appliedInc                  func()
+	lagObserver                 prometheus.Observer
+	// observing mirrors live for the consuming goroutine: lags are
+	// observed only once the projection has caught up, so the replay at
+	// start does not count events days old as lagging.
+	observing atomic.Bool
 
 	mu      sync.Mutex
 	applied *sync.Cond // broadcast whenever the checkpoint moves
@@ -99,6 +111,7 @@ func NewRunner(cfg Config, js jetstream.JetStream, reg *events.Registry, model M
 	r.lagMetric = lagGauge.WithLabelValues(cfg.Name)
 	r.checkpointMetric = checkpointGauge.WithLabelValues(cfg.Name)
 	r.appliedInc = appliedCounter.WithLabelValues(cfg.Name).Inc
+	r.lagObserver = lagSeconds.WithLabelValues(cfg.Name)
 	return r
 }
 
@@ -140,6 +153,7 @@ func (r *Runner) Run(ctx context.Context) error {
 			r.model.Reset()
 			r.mu.Lock()
 			r.live = false
+			r.observing.Store(false)
 			r.mu.Unlock()
 			r.log.Info("rebuilding from zero")
 			reply <- nil
@@ -276,6 +290,9 @@ func (r *Runner) handle(ctx context.Context, m jetstream.Msg, meta *jetstream.Ms
 		}
 	} else {
 		r.appliedInc()
+		if r.observing.Load() {
+			r.lagObserver.Observe(max(time.Since(env.Time).Seconds(), 0))
+		}
 	}
 }
 
@@ -298,6 +315,7 @@ func (r *Runner) setLag(n uint64) {
 	r.lag = n
 	if n == 0 && !r.live {
 		r.live = true
+		r.observing.Store(true)
 		r.applied.Broadcast()
 	}
 	r.mu.Unlock()

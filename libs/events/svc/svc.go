@@ -47,47 +47,100 @@ func Env(name, def string) string {
 	return def
 }
 
-// EnvInt is Env for integers; a malformed value is reported at start.
+// EnvInt is Env for integers. A malformed value is recorded (see
+// ConfigError) and def stands in until the program stops.
 func EnvInt(name string, def int) int {
-	v, ok := os.LookupEnv(name)
-	if !ok {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "%s=%q is not an integer; using %d\n", name, v, def)
-		return def
-	}
-	return n
+	return envParse(name, def, "an integer such as 3", strconv.Atoi)
 }
 
-// EnvDuration is Env for durations ("90s", "5m"); a malformed value is
-// reported at start.
+// EnvDuration is Env for durations such as "90s" or "5m"; a malformed
+// value is recorded (see ConfigError).
 func EnvDuration(name string, def time.Duration) time.Duration {
-	v, ok := os.LookupEnv(name)
-	if !ok {
-		return def
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "%s=%q is not a duration; using %s\n", name, v, def)
-		return def
-	}
-	return d
+	return envParse(name, def, `a Go duration such as "90s" or "5m"`, time.ParseDuration)
 }
 
-// EnvFloat is Env for numbers; a malformed value is reported at start.
+// EnvFloat is Env for numbers; a malformed value is recorded (see
+// ConfigError).
 func EnvFloat(name string, def float64) float64 {
+	return envParse(name, def, "a number such as 2.5", func(v string) (float64, error) { return strconv.ParseFloat(v, 64) })
+}
+
+// EnvBool is Env for booleans (true, false, 1, 0); a malformed value is
+// recorded (see ConfigError).
+func EnvBool(name string, def bool) bool {
+	return envParse(name, def, "true or false", strconv.ParseBool)
+}
+
+// configProblems are the malformed settings read so far: every Env*
+// parser records here, and Main stops the program before it runs when
+// there is any, so no typo silently becomes a default.
+var configProblems struct {
+	sync.Mutex
+	errs []error
+}
+
+// envParse is the one parser behind every typed Env* function.
+func envParse[T any](name string, def T, want string, parse func(string) (T, error)) T {
 	v, ok := os.LookupEnv(name)
 	if !ok {
 		return def
 	}
-	f, err := strconv.ParseFloat(v, 64)
+	parsed, err := parse(strings.TrimSpace(v))
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "%s=%q is not a number; using %g\n", name, v, def)
+		ReportConfigError(fmt.Errorf("environment variable %s=%q: must be %s", name, v, want))
 		return def
 	}
-	return f
+	return parsed
+}
+
+// ReportConfigError records a setting that cannot be used; Main stops the
+// program with every recorded problem before the service starts.
+func ReportConfigError(err error) {
+	configProblems.Lock()
+	configProblems.errs = append(configProblems.errs, err)
+	configProblems.Unlock()
+}
+
+// ConfigError is every problem recorded since the program started (or
+// since the last ResetConfigErrors), joined, or nil.
+func ConfigError() error {
+	configProblems.Lock()
+	defer configProblems.Unlock()
+	return errors.Join(configProblems.errs...)
+}
+
+// ResetConfigErrors forgets the recorded problems (tests that read
+// configuration several times in one process).
+func ResetConfigErrors() {
+	configProblems.Lock()
+	configProblems.errs = nil
+	configProblems.Unlock()
+}
+
+// Validate checks the shared settings whose values come from a fixed set.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.StreamReplicas < 0 || c.StreamReplicas > 5 {
+		errs = append(errs, fmt.Errorf("--stream-replicas (env ANVIL_STREAM_REPLICAS) = %d: must be 1 to 5, as JetStream allows", c.StreamReplicas))
+	}
+	if err := CheckLogSettings(c.LogLevel, c.LogFormat); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// CheckLogSettings reports a log level or format that NewLogger would not
+// understand; empty means the default.
+func CheckLogSettings(level, format string) error {
+	var errs []error
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); level != "" && err != nil {
+		errs = append(errs, fmt.Errorf("--log-level (env ANVIL_LOG_LEVEL) = %q: must be debug, info, warn or error", level))
+	}
+	if f := strings.ToLower(format); f != "" && f != "json" && f != "text" {
+		errs = append(errs, fmt.Errorf("--log-format (env ANVIL_LOG_FORMAT) = %q: must be json or text", format))
+	}
+	return errors.Join(errs...)
 }
 
 // RegisterFlags binds the shared flags, each defaulting to its environment
@@ -200,12 +253,13 @@ func Start(ctx context.Context, cfg Config, reg *events.Registry, o Options) (*R
 	}
 	rt.Poison = poison.New(js)
 	if cfg.AdminAddr != "" {
-		srv, err := Serve(cfg.AdminAddr, rt.Health.Mux(nil), rt.Log)
+		srv, err := Serve(cfg.AdminAddr, rt.Health.AdminMux(), rt.Log)
 		if err != nil {
 			return nil, err
 		}
 		rt.closers = append(rt.closers, srv.Shutdown)
 	}
+	rt.closers = append(rt.closers, trackRuntime(rt)) // anvil_build_info, anvil_nats_connected, anvil_jetstream_available
 	return rt, nil
 }
 
@@ -314,8 +368,10 @@ func (h *Health) Ready(ctx context.Context) map[string]string {
 	return failed
 }
 
-// Mux returns a mux with /healthz, /readyz and /metrics added to mux (or to
-// a new one when mux is nil).
+// Mux returns a mux with /healthz and /readyz added to mux (or to a new one
+// when mux is nil). A public listener (the gateway's API, the boot
+// service's) mounts these; /metrics is only on the admin listener
+// (AdminMux).
 func (h *Health) Mux(mux *http.ServeMux) *http.ServeMux {
 	if mux == nil {
 		mux = http.NewServeMux()
@@ -338,6 +394,13 @@ func (h *Health) Mux(mux *http.ServeMux) *http.ServeMux {
 		}
 		_, _ = w.Write([]byte("ready\n"))
 	})
+	return mux
+}
+
+// AdminMux is the admin listener's mux: /healthz, /readyz and /metrics
+// (Prometheus text of the process's default registry).
+func (h *Health) AdminMux() *http.ServeMux {
+	mux := h.Mux(nil)
 	mux.Handle("GET /metrics", promhttp.Handler())
 	return mux
 }

@@ -100,6 +100,7 @@ func (a *App) Ignition(ctx context.Context, rawQuery string) ([]byte, error) {
 		a.Log.WarnContext(ctx, "Last Ignition not recorded", "org", claims.Org, "uuid", uuid, "err", err)
 	}
 	ignitionServed.Inc()
+	observeIPXEToIgnition(claims.Issued, now)
 	a.Log.InfoContext(ctx, "Ignition served", "org", claims.Org, "uuid", uuid, "pool", claims.Pool,
 		"revision", claims.Revision, "machine_revision", r.MachineRevisionID)
 	return out, nil

@@ -1,6 +1,8 @@
 package app
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
@@ -50,7 +52,22 @@ var (
 		Name: "anvil_boot_long_polls",
 		Help: "Agent long polls being held.",
 	})
+	ipxeToIgnition = promauto.NewHistogram(prometheus.HistogramOpts{
+		Name: "anvil_boot_ipxe_to_ignition_seconds",
+		Help: "Seconds from a machine's iPXE boot (when /ipxe issued its per-boot token) to its Ignition config being served: " +
+			"the kernel and initrd download and the early boot.",
+		Buckets: []float64{5, 10, 20, 30, 45, 60, 90, 120, 180, 300, 600, 1200, 3600},
+	})
 )
+
+// observeIPXEToIgnition records the time from the iPXE boot that issued a
+// per-boot token (issued; zero for a token that carries no issue time) to
+// the Ignition config it fetched, served at now.
+func observeIPXEToIgnition(issued, now time.Time) {
+	if !issued.IsZero() && !now.Before(issued) {
+		ipxeToIgnition.Observe(now.Sub(issued).Seconds())
+	}
+}
 
 func init() {
 	for _, r := range ipxe.Reasons() {

@@ -93,7 +93,7 @@ func NewHTTP(a *app.App, o HTTPOptions) http.Handler {
 	for _, dir := range []string{bootapi.AgentDir, bootapi.SysextDir, bootapi.FlatcarDir} {
 		mux.HandleFunc("GET /"+dir+"/", s.asset)
 	}
-	return otelhttp.NewHandler(accessLog(s.log, recoverer(s.log, mux)), "boot",
+	return otelhttp.NewHandler(svc.HTTPMetrics("boot", accessLog(s.log, recoverer(s.log, mux))), "boot",
 		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
 			if r.Pattern != "" {
 				return r.Pattern

@@ -42,8 +42,8 @@ func (r renderPerRequest) Ignition(_ context.Context, q app.IgnitionRequest) (ap
 	return app.Rendered{MachineRevisionID: m.ID, Ignition: out}, nil
 }
 
-// BenchmarkBootStorm powers on 10,000 simulated machines (2,000 with
-// -short) against the real boot, registry and revisions services over real
+// BenchmarkBootStorm powers on 10,000 simulated machines (ANVIL_BENCH_SCALE
+// sets the size, docs/performance.md) against the real boot, registry and revisions services over real
 // HTTP, 256 at a time:
 //
 //  1. first power-on: each fetches /boot.ipxe and /ipxe and registers
@@ -66,11 +66,8 @@ func BenchmarkBootStorm(b *testing.B) {
 }
 
 func bootStorm(b *testing.B, prepare bool) {
-	n := 10_000
-	if testing.Short() {
-		n = 2_000
-	}
-	const workers = 256
+	n := eventstest.BenchSize(b, "machines", 10_000, 20)
+	workers := min(256, n)
 	s := newStack(b, func(o *stackOptions) {
 		o.logLevel = slog.LevelError
 		o.boot = func(c *service.Config) {

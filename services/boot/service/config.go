@@ -109,7 +109,7 @@ type Config struct {
 
 // RegisterFlags binds the service's flags, each with an environment default.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	c.Config.RegisterFlags(fs, Name, "")
+	c.Config.RegisterFlags(fs, Name, "127.0.0.1:9104")
 	fs.StringVar(&c.Listen, "listen", svc.Env("ANVIL_BOOT_ADDR", DefaultListen),
 		"plain HTTP listen address: iPXE, health, metrics, and Ignition and the agent API unless TLS is configured (env ANVIL_BOOT_ADDR)")
 	fs.StringVar(&c.PublicURL, "public-url", svc.Env("ANVIL_BOOT_PUBLIC_URL", ""),
@@ -120,7 +120,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.TLSKey, "tls-key", svc.Env("ANVIL_BOOT_TLS_KEY", ""), "PEM private key of the HTTPS listener (env ANVIL_BOOT_TLS_KEY)")
 	fs.StringVar(&c.TLSPublicURL, "tls-public-url", svc.Env("ANVIL_BOOT_TLS_PUBLIC_URL", ""),
 		"the HTTPS listener's base URL as machines reach it; empty uses the request's host and the --tls-listen port (env ANVIL_BOOT_TLS_PUBLIC_URL)")
-	fs.BoolVar(&c.AllowPlainSecrets, "allow-plain-secrets", svc.Env("ANVIL_BOOT_ALLOW_PLAIN_SECRETS", "") == "true",
+	fs.BoolVar(&c.AllowPlainSecrets, "allow-plain-secrets", svc.EnvBool("ANVIL_BOOT_ALLOW_PLAIN_SECRETS", false),
 		"with TLS configured, still serve Ignition and the agent API over plain HTTP (env ANVIL_BOOT_ALLOW_PLAIN_SECRETS=true)")
 	fs.StringVar(&c.AssetBaseURL, "asset-base-url", svc.Env("ANVIL_BOOT_ASSET_BASE_URL", DefaultAssetBaseURL),
 		"where Flatcar's PXE kernel and initrd are: a template with {channel} and {version}, or a base to which /<channel>/<version> is appended; a path such as /flatcar is on this boot service (env ANVIL_BOOT_ASSET_BASE_URL)")
@@ -250,7 +250,7 @@ func (c Config) withDefaults() (Config, error) {
 // services). Errors name the flag and the variable.
 func (c Config) Validate() error {
 	_, err := c.withDefaults()
-	return err
+	return errors.Join(c.Config.Validate(), err)
 }
 
 func (c Config) kernelArgs() []string { return strings.Fields(c.KernelArgs) }

@@ -12,6 +12,7 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -19,17 +20,21 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/anvil-fleet/anvil/services/boot/service"
 	regapi "github.com/anvil-fleet/anvil/services/registry/api"
 	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
 	"github.com/anvil-fleet/anvil/services/registry/domain/token"
 )
 
-// metric reads one series from the boot service's /metrics.
+// metric reads one series from the process's /metrics (what the boot
+// service's admin listener serves; its public one has none).
 func (s *stack) metric(name string) float64 {
 	s.t.Helper()
-	r := s.get(s.url + "/metrics")
-	sc := bufio.NewScanner(strings.NewReader(r.body))
+	rec := httptest.NewRecorder()
+	promhttp.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	sc := bufio.NewScanner(strings.NewReader(rec.Body.String()))
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {

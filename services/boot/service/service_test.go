@@ -169,7 +169,14 @@ func TestBootSequenceOverHTTP(t *testing.T) {
 		t.Fatalf("ignition URL %s", b.ignitionURL)
 	}
 
+	// The kernel and initrd take a while; anvil_boot_ipxe_to_ignition_seconds
+	// measures from the per-boot token's issue (the /ipxe above) to the fetch.
+	count, sum := s.metric("anvil_boot_ipxe_to_ignition_seconds_count"), s.metric("anvil_boot_ipxe_to_ignition_seconds_sum")
+	s.clock.advance(42 * time.Second)
 	ign := s.ignition(b.ignitionURL)
+	if dc, ds := s.metric("anvil_boot_ipxe_to_ignition_seconds_count")-count, s.metric("anvil_boot_ipxe_to_ignition_seconds_sum")-sum; dc != 1 || ds < 42 || ds > 120 {
+		t.Errorf("iPXE to Ignition: %v more observations adding %vs, want 1 of about 42s", dc, ds)
+	}
 	t.Logf("Ignition config: %d bytes", len(ign.raw))
 	mrid := strings.TrimSpace(ign.files["/etc/anvil/revision"])
 	if !regexp.MustCompile(`^mr-[0-9a-f]{20}$`).MatchString(mrid) || ign.files["/etc/hostname"] != uuid+"\n" {

@@ -29,7 +29,8 @@ type Event struct {
 }
 
 // EventPage is one page of events, oldest first; Next is the cursor of the
-// following page (pass it as ?after=), empty at the end.
+// following page (pass it as ?cursor=; ?after= is its deprecated alias),
+// absent at the end.
 type EventPage struct {
 	Items []Event `json:"items"`
 	Next  string  `json:"next,omitempty"`
@@ -48,7 +49,7 @@ func (h *handler) eventRoutes() []route {
 	return []route{{
 		Method: "GET", Path: "/api/v1/orgs/{org}/events", Min: domain.RoleViewer,
 		Summary:  "Audit: the organization's events, filtered by aggregate (machine/<uuid>), type, actor and time, oldest first",
-		Response: EventPage{}, Status: 200, Query: []string{"aggregate", "type", "actor", "since", "until", "after", "limit"},
+		Response: EventPage{}, Status: 200, Query: []string{"aggregate", "type", "actor", "since", "until", "cursor", "after", "limit"}, Limit: listPage,
 		Decode: func(_ context.Context, r *http.Request) (any, error) {
 			q := r.URL.Query()
 			var f errs.Fields
@@ -77,14 +78,25 @@ func (h *handler) eventRoutes() []route {
 				}
 				eq.to = events.AtTime(t)
 			}
-			if s := q.Get("after"); s != "" {
-				n, err := strconv.ParseUint(s, 10, 64)
+			// ?after= is the cursor's name before the one list envelope;
+			// it is still accepted.
+			param, cursor := "cursor", q.Get("cursor")
+			if after := q.Get("after"); after != "" {
+				switch {
+				case cursor == "":
+					param, cursor = "after", after
+				case cursor != after:
+					f.Add("after", "is the deprecated name of cursor; give one of them")
+				}
+			}
+			if cursor != "" {
+				n, err := strconv.ParseUint(cursor, 10, 64)
 				if err != nil {
-					f.Add("after", "must be the next cursor of a previous page")
+					f.Add(param, "must be the next of a previous page")
 				}
 				eq.from.Seq = n + 1
 			}
-			limit, err := queryInt(r, "limit", 100, 1000)
+			limit, err := listPage.read(r)
 			f.Merge("", err)
 			eq.limit = limit
 			return eq, f.Err()

@@ -82,6 +82,8 @@ type route struct {
 	Conditional bool
 	// Stream documents an alternative text/event-stream answer.
 	Stream bool
+	// Limit is a list's ?limit= (default and maximum), for the document.
+	Limit pageLimits
 }
 
 // versioned answers carry an ETag.
@@ -137,6 +139,7 @@ func NewHandler(d Deps) http.Handler {
 	h.routes = append(h.routes, h.rolloutRoutes()...)
 	h.routes = append(h.routes, h.bootRoutes()...)
 	h.routes = append(h.routes, h.catalogRoutes()...)
+	h.routes = append(h.routes, h.versionRoutes()...)
 
 	mux := http.NewServeMux()
 	for _, rt := range h.routes {
@@ -184,7 +187,9 @@ func NewHandler(d Deps) http.Handler {
 		}
 		writeProblem(w, problemOf(errs.NotFound("no route %s %s", r.Method, r.URL.Path), r.URL.Path))
 	})
-	return otelhttp.NewHandler(traceHeaders(refuseOversized(d.BodyLimit, mux)), "gateway", otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
+	// The metrics sit inside otelhttp, which copies the request: the mux
+	// sets the route pattern on the request it is given.
+	return otelhttp.NewHandler(svc.HTTPMetrics("gateway", traceHeaders(refuseOversized(d.BodyLimit, mux))), "gateway", otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
 		// Patterns carry their method ("PUT /api/v1/…") except the
 		// catch-all; the path itself would make the span names unbounded.
 		switch {

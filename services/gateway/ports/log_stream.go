@@ -48,7 +48,7 @@ func (h *handler) logRoute(ro rolloutapi.Client, path string) route {
 		Summary: "An operation's log from entry ?after= (its index; 0: the start): a JSON page, " +
 			"or with Accept: text/event-stream a live stream of Server-Sent Events (id: the entry's index; Last-Event-ID resumes after it), " +
 			"with `status` events when the status changes, that ends with an `end` event",
-		Response: rolloutapi.LogPage{}, Status: 200, Query: []string{"after", "limit"},
+		Response: rolloutapi.LogPage{}, Status: 200, Query: []string{"after", "limit"}, Limit: listPage,
 		Decode: func(_ context.Context, r *http.Request) (any, error) {
 			var f errs.Fields
 			q := logQuery{req: rolloutapi.LogRequest{Org: r.PathValue("org"), ID: r.PathValue("id")}, stream: wantsEventStream(r)}
@@ -60,7 +60,7 @@ func (h *handler) logRoute(ro rolloutapi.Client, path string) route {
 				}
 				q.req.After = n
 			}
-			limit, err := queryInt(r, "limit", 100, 1000)
+			limit, err := listPage.read(r)
 			f.Merge("", err)
 			q.req.Limit = limit
 			if q.stream {

@@ -3,40 +3,57 @@ package ports
 import (
 	"encoding"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"reflect"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
+	bootapi "github.com/anvil-fleet/anvil/services/boot/api"
 	"github.com/anvil-fleet/anvil/services/gateway/domain"
+	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
+	"github.com/anvil-fleet/anvil/services/registry/domain/org"
+	"github.com/anvil-fleet/anvil/services/registry/domain/token"
+	rolloutapi "github.com/anvil-fleet/anvil/services/rollout/api"
+	"github.com/anvil-fleet/anvil/services/rollout/domain/rollout"
 )
 
-// openAPI builds the OpenAPI 3.1 document from the route table, with the
+// openAPIVersion is the document's OpenAPI version. 3.0.3, not 3.1: the
+// document uses nothing of 3.1 (nullable fields are "nullable: true", the
+// one value that is a number or a string is a oneOf), and 3.0 is what
+// client generators read best (oapi-codegen reads it without a gap; its
+// 3.1 support is partial, as is that of several others). See
+// docs/api.md, "The OpenAPI document".
+const openAPIVersion = "3.0.3"
+
+// openAPI builds the OpenAPI document from the route table, with the
 // schemas reflected from the very types the handlers encode, so the document
 // cannot drift from the API.
 func openAPI(routes []route) []byte {
-	defs := map[string]any{}
+	g := &schemas{defs: map[string]any{}, types: map[string]reflect.Type{}}
 	paths := map[string]map[string]any{}
 	pathParam := regexp.MustCompile(`\{([a-z]+)\}`)
-	problem := map[string]any{"application/problem+json": map[string]any{"schema": schemaOf(reflect.TypeOf(Problem{}), defs)}}
+	problem := map[string]any{"application/problem+json": map[string]any{"schema": g.of(reflect.TypeOf(Problem{}))}}
 	for _, rt := range routes {
 		op := map[string]any{
 			"summary":     rt.Summary,
-			"operationId": operationID(rt),
+			"operationId": operationID(rt.Method, rt.Path),
+			"tags":        []any{tagOf(rt.Path)},
 			"responses": map[string]any{
-				itoa(rt.Status): response(rt, defs),
-				"default":       map[string]any{"description": "An RFC 9457 problem", "content": problem},
+				strconv.Itoa(rt.Status): g.response(rt),
+				"default":               map[string]any{"description": "An RFC 9457 problem", "content": problem},
 			},
 		}
 		var params []any
 		for _, m := range pathParam.FindAllStringSubmatch(rt.Path, -1) {
-			params = append(params, map[string]any{"name": m[1], "in": "path", "required": true, "schema": map[string]any{"type": "string"}})
+			params = append(params, pathParameter(m[1], rt.Path))
 		}
 		for _, q := range rt.Query {
-			params = append(params, map[string]any{"name": q, "in": "query", "schema": map[string]any{"type": "string"}})
+			params = append(params, g.queryParameter(rt, q))
 		}
-		if rt.Conditional || rt.Method == http.MethodPatch || rt.Method == http.MethodDelete || rt.Method == http.MethodPost && strings.Contains(rt.Path, "{uuid}") {
+		if rt.Conditional || rt.Method == http.MethodPatch || rt.Method == http.MethodPut || rt.Method == http.MethodDelete || rt.Method == http.MethodPost && strings.Contains(rt.Path, "{uuid}") {
 			params = append(params, map[string]any{"name": "If-Match", "in": "header", "schema": map[string]any{"type": "string"},
 				"description": "Make the write conditional on the ETag of a previous answer; a stale one gets 412."})
 		}
@@ -49,7 +66,7 @@ func openAPI(routes []route) []byte {
 		}
 		if rt.Request != nil {
 			op["requestBody"] = map[string]any{"required": !rt.BodyOptional, "content": map[string]any{
-				"application/json": map[string]any{"schema": bodySchema(reflect.TypeOf(rt.Request), rt.NotInBody, defs)}}}
+				"application/json": map[string]any{"schema": g.body(reflect.TypeOf(rt.Request), rt.NotInBody)}}}
 		}
 		if rt.Min != domain.RoleNone {
 			op["security"] = []any{map[string]any{"bearer": []any{}}}
@@ -60,23 +77,34 @@ func openAPI(routes []route) []byte {
 		}
 		paths[rt.Path][strings.ToLower(rt.Method)] = op
 	}
-	plain := func(summary string) map[string]any {
-		return map[string]any{"get": map[string]any{"summary": summary, "operationId": strings.ReplaceAll(strings.ToLower(summary), " ", "_"),
-			"responses": map[string]any{"200": map[string]any{"description": "OK", "content": map[string]any{"text/plain": map[string]any{"schema": map[string]any{"type": "string"}}}},
-				"503": map[string]any{"description": "Not ready", "content": map[string]any{"text/plain": map[string]any{"schema": map[string]any{"type": "string"}}}}}}}
+	text := map[string]any{"text/plain": map[string]any{"schema": map[string]any{"type": "string"}}}
+	plain := func(path, summary string, status map[string]string) {
+		responses := map[string]any{}
+		for code, what := range status {
+			responses[code] = map[string]any{"description": what, "content": text}
+		}
+		paths[path] = map[string]any{"get": map[string]any{"summary": summary, "operationId": operationID("GET", path), "tags": []any{tagOf(path)},
+			"responses": responses}}
 	}
-	paths["/healthz"] = plain("Liveness")
-	paths["/readyz"] = plain("Readiness")
-	paths["/metrics"] = plain("Prometheus metrics")
-	paths["/openapi.json"] = map[string]any{"get": map[string]any{"summary": "This document", "operationId": "openapi",
-		"responses": map[string]any{"200": map[string]any{"description": "OpenAPI 3.1", "content": map[string]any{"application/json": map[string]any{"schema": map[string]any{"type": "object"}}}}}}}
+	plain("/healthz", "Liveness", map[string]string{"200": "Alive"})
+	plain("/readyz", "Readiness: every dependency answers", map[string]string{"200": "Ready", "503": "Not ready"})
+	// /metrics is on the admin listener (--admin-addr), not this one.
+	paths["/openapi.json"] = map[string]any{"get": map[string]any{"summary": "This document", "operationId": operationID("GET", "/openapi.json"), "tags": []any{tagOf("/openapi.json")},
+		"responses": map[string]any{"200": map[string]any{"description": "The OpenAPI " + openAPIVersion + " document",
+			"content": map[string]any{"application/json": map[string]any{"schema": map[string]any{"type": "object"}}}}}}}
+	var tags []any
+	for _, t := range tagDocs {
+		tags = append(tags, map[string]any{"name": t[0], "description": t[1]})
+	}
 	doc := map[string]any{
-		"openapi": "3.1.0",
+		"openapi": openAPIVersion,
 		"info": map[string]any{"title": "anvil API", "version": "v1",
-			"description": "The control plane for bare-metal Kubernetes worker fleets. Errors are RFC 9457 problems; times are RFC 3339 UTC."},
+			"description": "The control plane for bare-metal Kubernetes worker fleets. Errors are RFC 9457 problems; times are RFC 3339 UTC. " +
+				"Every list answers {\"items\": [...], \"next\": \"<cursor>\"}: pass next back as ?cursor= until it is absent."},
+		"tags":  tags,
 		"paths": paths,
 		"components": map[string]any{
-			"schemas":         defs,
+			"schemas":         g.defs,
 			"securitySchemes": map[string]any{"bearer": map[string]any{"type": "http", "scheme": "bearer"}},
 		},
 	}
@@ -87,13 +115,246 @@ func openAPI(routes []route) []byte {
 	return b
 }
 
-// bodySchema is a request body's schema, inlined, without the fields that
-// come from the path, headers or query.
-func bodySchema(t reflect.Type, notInBody []string, defs map[string]any) map[string]any {
-	if t.Kind() != reflect.Struct || t == timeType {
-		return schemaOf(t, defs)
+// operationIDs names every operation. They are stable: generated clients
+// name their methods after them (TestOperationIDs checks that every route
+// has one and that they are unique).
+var operationIDs = map[string]string{
+	"GET /api/v1/orgs":                                           "listOrgs",
+	"POST /api/v1/orgs":                                          "createOrg",
+	"GET /api/v1/orgs/{org}":                                     "getOrg",
+	"PATCH /api/v1/orgs/{org}":                                   "renameOrg",
+	"GET /api/v1/orgs/{org}/tokens":                              "listTokens",
+	"POST /api/v1/orgs/{org}/tokens":                             "createToken",
+	"DELETE /api/v1/orgs/{org}/tokens/{id}":                      "revokeToken",
+	"GET /api/v1/orgs/{org}/enrollment-tokens":                   "listEnrollmentTokens",
+	"POST /api/v1/orgs/{org}/enrollment-tokens":                  "createEnrollmentToken",
+	"DELETE /api/v1/orgs/{org}/enrollment-tokens/{id}":           "revokeEnrollmentToken",
+	"GET /api/v1/orgs/{org}/machines":                            "listMachines",
+	"POST /api/v1/orgs/{org}/machines":                           "preregisterMachine",
+	"GET /api/v1/orgs/{org}/machines/{uuid}":                     "getMachine",
+	"PATCH /api/v1/orgs/{org}/machines/{uuid}":                   "updateMachine",
+	"DELETE /api/v1/orgs/{org}/machines/{uuid}":                  "deleteMachine",
+	"POST /api/v1/orgs/{org}/machines/{uuid}/assign":             "assignMachine",
+	"POST /api/v1/orgs/{org}/machines/{uuid}/unassign":           "unassignMachine",
+	"POST /api/v1/orgs/{org}/machines/{uuid}/force-unassign":     "forceUnassignMachine",
+	"POST /api/v1/orgs/{org}/machines/{uuid}/maintenance/on":     "enterMachineMaintenance",
+	"POST /api/v1/orgs/{org}/machines/{uuid}/maintenance/off":    "exitMachineMaintenance",
+	"POST /api/v1/orgs/{org}/machines/{uuid}/abort-deletion":     "abortMachineDeletion",
+	"GET /api/v1/orgs/{org}/machines/{uuid}/revisions":           "getMachineRevisions",
+	"GET /api/v1/orgs/{org}/machines/{uuid}/startup-log":         "getMachineStartupLog",
+	"GET /api/v1/orgs/{org}/clusters":                            "listClusters",
+	"POST /api/v1/orgs/{org}/clusters":                           "createCluster",
+	"GET /api/v1/orgs/{org}/clusters/{name}":                     "getCluster",
+	"PATCH /api/v1/orgs/{org}/clusters/{name}":                   "updateCluster",
+	"PUT /api/v1/orgs/{org}/clusters/{name}/kubeconfig":          "rotateClusterKubeconfig",
+	"PUT /api/v1/orgs/{org}/clusters/{name}/bootstrap-token":     "rotateClusterBootstrapToken",
+	"DELETE /api/v1/orgs/{org}/clusters/{name}":                  "deleteCluster",
+	"GET /api/v1/orgs/{org}/pools":                               "listPools",
+	"POST /api/v1/orgs/{org}/pools":                              "createPool",
+	"GET /api/v1/orgs/{org}/pools/{pool}":                        "getPool",
+	"PUT /api/v1/orgs/{org}/pools/{pool}":                        "updatePool",
+	"DELETE /api/v1/orgs/{org}/pools/{pool}":                     "deletePool",
+	"GET /api/v1/orgs/{org}/pools/{pool}/revisions":              "listPoolRevisions",
+	"GET /api/v1/orgs/{org}/pools/{pool}/revisions/{n}":          "getPoolRevision",
+	"GET /api/v1/orgs/{org}/pools/{pool}/revisions/{n}/diff":     "diffPoolRevisions",
+	"GET /api/v1/orgs/{org}/pools/{pool}/revisions/{n}/ignition": "getPoolRevisionIgnition",
+	"POST /api/v1/orgs/{org}/pools/{pool}/revisions/{n}/apply":   "applyPoolRevision",
+	"GET /api/v1/orgs/{org}/rollouts":                            "listRollouts",
+	"POST /api/v1/orgs/{org}/rollouts":                           "startRollout",
+	"GET /api/v1/orgs/{org}/rollouts/{id}":                       "getRollout",
+	"POST /api/v1/orgs/{org}/rollouts/{id}/pause":                "pauseRollout",
+	"POST /api/v1/orgs/{org}/rollouts/{id}/resume":               "resumeRollout",
+	"POST /api/v1/orgs/{org}/rollouts/{id}/abort":                "abortRollout",
+	"POST /api/v1/orgs/{org}/rollouts/{id}/retry":                "retryRollout",
+	"GET /api/v1/orgs/{org}/operations":                          "listOperations",
+	"GET /api/v1/orgs/{org}/operations/{id}":                     "getOperation",
+	"GET /api/v1/orgs/{org}/operations/{id}/log":                 "getOperationLog",
+	"GET /api/v1/orgs/{org}/events":                              "listEvents",
+	"GET /api/v1/catalog":                                        "getCatalog",
+	"POST /api/v1/catalog/versions":                              "addCatalogVersion",
+	"GET /version":                                               "getVersion",
+	"GET /healthz":                                               "getLiveness",
+	"GET /readyz":                                                "getReadiness",
+	"GET /openapi.json":                                          "getOpenAPI",
+}
+
+// operationID is the route's operationId; one missing from the table
+// (TestOperationIDs fails) falls back to one made from the path.
+func operationID(method, path string) string {
+	if id, ok := operationIDs[method+" "+path]; ok {
+		return id
 	}
-	s := structSchema(t, defs)
+	p := strings.NewReplacer("/api/v1/", "", "/", "_", "{", "", "}", "", "-", "_", ".", "_").Replace(path)
+	return strings.ToLower(method) + "_" + p
+}
+
+// tagDocs are the resource families, one tag each, in the order a
+// reader meets them.
+var tagDocs = [][2]string{
+	{"orgs", "Organizations"},
+	{"tokens", "API tokens of an organization"},
+	{"enrollment-tokens", "Enrollment tokens: machines register themselves with them"},
+	{"machines", "Machines: registration, assignment to pools, maintenance, deletion, their revisions and startup logs"},
+	{"clusters", "Kubernetes clusters the pools join"},
+	{"pools", "Machine pools and their revisions"},
+	{"rollouts", "Rollouts of pool revisions"},
+	{"operations", "Operations (rollouts, maintenance, unassignments, deletions) and their logs"},
+	{"events", "The audit log"},
+	{"catalog", "The platform-wide Kubernetes version catalog"},
+	{"system", "Version, health, metrics and this document"},
+}
+
+// tagOf is the resource family of a path: the segment after the
+// organization, the organizations themselves, the catalog, or system.
+func tagOf(path string) string {
+	if rest, ok := strings.CutPrefix(path, "/api/v1/orgs/{org}/"); ok {
+		seg, _, _ := strings.Cut(rest, "/")
+		return seg
+	}
+	switch {
+	case path == "/api/v1/orgs" || path == "/api/v1/orgs/{org}":
+		return "orgs"
+	case strings.HasPrefix(path, "/api/v1/catalog"):
+		return "catalog"
+	}
+	return "system"
+}
+
+// pathParameter documents a path parameter by its name.
+func pathParameter(name, path string) map[string]any {
+	p := map[string]any{"name": name, "in": "path", "required": true, "schema": map[string]any{"type": "string"}}
+	switch name {
+	case "org":
+		p["description"] = "The organization's id."
+	case "uuid":
+		p["description"] = "The machine's SMBIOS UUID."
+	case "name":
+		p["description"] = "The cluster's name."
+	case "pool":
+		p["description"] = "The pool's name."
+	case "n":
+		p["schema"] = map[string]any{"type": "integer", "minimum": 1}
+		p["description"] = "The revision's number."
+	case "id":
+		switch tagOf(path) {
+		case "rollouts":
+			p["description"] = "The rollout's id."
+		case "operations":
+			p["description"] = "The operation's id (a rollout's is the rollout's)."
+		default:
+			p["description"] = "The token's id."
+		}
+	}
+	return p
+}
+
+// queryParameter documents a query parameter by its name (and, for the
+// few whose meaning depends on it, the route's path).
+func (g *schemas) queryParameter(rt route, name string) map[string]any {
+	str := map[string]any{"type": "string"}
+	p := map[string]any{"name": name, "in": "query", "schema": str}
+	switch name {
+	case "limit":
+		l := rt.Limit
+		if l.Max == 0 {
+			l = listPage
+		}
+		p["schema"] = map[string]any{"type": "integer", "minimum": 1, "maximum": l.Max, "default": l.Default}
+		p["description"] = fmt.Sprintf("At most this many items (default %d, at most %d).", l.Default, l.Max)
+	case "cursor":
+		p["description"] = "The next of the previous page; absent: the first page."
+	case "after":
+		if tagOf(rt.Path) == "events" {
+			p["deprecated"] = true
+			p["description"] = "The former name of cursor, still accepted."
+		} else { // an operation's log
+			p["schema"] = map[string]any{"type": "integer", "minimum": 0, "default": 0}
+			p["description"] = "The index of the first entry (0: the start): the next of a previous page."
+		}
+	case "since", "until":
+		p["schema"] = map[string]any{"type": "string", "format": "date-time"}
+		p["description"] = map[string]string{"since": "Events at or after this time.", "until": "Events before this time."}[name]
+	case "at":
+		p["description"] = "As it was then: an RFC 3339 time, or a stream sequence (a version, such as an ETag's)."
+	case "status":
+		switch tagOf(rt.Path) {
+		case "machines":
+			p["schema"] = g.of(reflect.TypeFor[machine.Status]())
+		case "rollouts":
+			p["schema"] = map[string]any{"type": "string", "enum": stringsOf(rolloutStatuses...)}
+			p["description"] = `A rollout status, or "active" (not over).`
+		default:
+			p["schema"] = map[string]any{"type": "string", "pattern": statusPattern.String()}
+			p["description"] = "An operation status (a rollout's, or a machine operation's such as running, succeeded or failed)."
+		}
+	case "kind":
+		p["schema"] = map[string]any{"type": "string", "enum": stringsOf(operationKinds...)}
+	case "policy":
+		p["schema"] = g.of(reflect.TypeFor[machine.DeletionPolicy]())
+		p["description"] = "graceful (default): drain, then remove the node; unsafe: remove the node without draining; forced: remove the machine at once."
+	case "against":
+		p["schema"] = map[string]any{"type": "integer", "minimum": 1}
+		p["description"] = "The revision to compare with."
+	case "pool":
+		p["description"] = "Only this pool's."
+	case "cluster":
+		p["description"] = "Only this cluster's."
+	case "selector":
+		p["description"] = "A Kubernetes label selector over the machines' labels, such as rack=r3,zone!=b."
+	case "aggregate":
+		p["description"] = "<type> or <type>/<id>, such as machine/4c4c4544-…"
+	case "type":
+		p["description"] = "Event types, comma-separated."
+	case "actor":
+		p["description"] = "An exact actor, a kind (token, service, machine, platform), or a kind and name (token:t1, service:rollout)."
+	}
+	return p
+}
+
+func stringsOf(vs ...string) []any {
+	out := make([]any, len(vs))
+	for i, v := range vs {
+		out[i] = v
+	}
+	return out
+}
+
+func enumOf[T ~string](vs ...T) []any {
+	out := make([]any, 0, len(vs))
+	for _, v := range vs {
+		if v != "" {
+			out = append(out, string(v))
+		}
+	}
+	return out
+}
+
+// enumTypes are the string types with a fixed set of values: each is a
+// schema of its own, which the fields of that type refer to.
+var enumTypes = map[reflect.Type][]any{
+	reflect.TypeFor[machine.Status]():            enumOf(machine.Statuses()...),
+	reflect.TypeFor[machine.DeletionPolicy]():    enumOf(machine.DeletionGraceful, machine.DeletionUnsafe, machine.DeletionForced),
+	reflect.TypeFor[machine.DeletionPhase]():     enumOf(machine.PhaseStarted, machine.PhaseCompleted, machine.PhaseAborting, machine.PhaseFailed),
+	reflect.TypeFor[org.Role]():                  enumOf(org.RoleViewer, org.RoleOperator, org.RoleAdmin),
+	reflect.TypeFor[org.TokenStatus]():           enumOf(org.TokenActive, org.TokenExpired, org.TokenRevoked),
+	reflect.TypeFor[token.Kind]():                enumOf(token.KindAPI, token.KindEnrollment),
+	reflect.TypeFor[rollout.Status]():            enumOf(rollout.StatusPending, rollout.StatusRunning, rollout.StatusPaused, rollout.StatusSucceeded, rollout.StatusFailed, rollout.StatusAborted),
+	reflect.TypeFor[bootapi.InstructionStatus](): enumOf(bootapi.StatusPending, bootapi.StatusAccepted, bootapi.StatusDone, bootapi.StatusSkipped, bootapi.StatusFailed, bootapi.StatusSuperseded, bootapi.StatusWithdrawn, bootapi.StatusExpired),
+}
+
+// fieldEnums are plain string fields with a fixed set of values: by the
+// struct and the field's JSON name.
+var fieldEnums = map[reflect.Type]map[string][]any{
+	reflect.TypeFor[rolloutapi.Operation](): {"kind": stringsOf(operationKinds...)},
+}
+
+// body is a request body's schema, inlined, without the fields that come
+// from the path, headers or query.
+func (g *schemas) body(t reflect.Type, notInBody []string) map[string]any {
+	if t.Kind() != reflect.Struct || t == timeType {
+		return g.of(t)
+	}
+	s := g.structSchema(t)
 	props := s["properties"].(map[string]any)
 	var required []any
 	for _, f := range notInBody {
@@ -113,10 +374,10 @@ func bodySchema(t reflect.Type, notInBody []string, defs map[string]any) map[str
 	return s
 }
 
-func response(rt route, defs map[string]any) map[string]any {
+func (g *schemas) response(rt route) map[string]any {
 	r := map[string]any{"description": http.StatusText(rt.Status)}
 	if rt.Status != http.StatusNoContent && rt.Response != nil {
-		content := map[string]any{"application/json": map[string]any{"schema": schemaOf(reflect.TypeOf(rt.Response), defs)}}
+		content := map[string]any{"application/json": map[string]any{"schema": g.of(reflect.TypeOf(rt.Response))}}
 		if rt.Stream {
 			content["text/event-stream"] = map[string]any{"schema": map[string]any{"type": "string",
 				"description": "With Accept: text/event-stream: one event per log entry (id: the entry's index, data: the entry as JSON), then an `end` event."}}
@@ -124,16 +385,6 @@ func response(rt route, defs map[string]any) map[string]any {
 		r["content"] = content
 	}
 	return r
-}
-
-func operationID(rt route) string {
-	p := strings.NewReplacer("/api/v1/", "", "/", "_", "{", "", "}", "", "-", "_").Replace(rt.Path)
-	return strings.ToLower(rt.Method) + "_" + p
-}
-
-func itoa(n int) string {
-	b, _ := json.Marshal(n)
-	return string(b)
 }
 
 var (
@@ -150,9 +401,35 @@ var (
 	rawType  = reflect.TypeOf(json.RawMessage{})
 )
 
-// schemaOf reflects a JSON Schema (2020-12, as OpenAPI 3.1 uses) from a Go
-// type as encoding/json would encode it.
-func schemaOf(t reflect.Type, defs map[string]any) map[string]any {
+// schemas reflects OpenAPI 3.0 schemas from Go types as encoding/json
+// encodes them; named structs and enums become components.
+type schemas struct {
+	defs  map[string]any
+	types map[string]reflect.Type // which type each component is, against two types of one name
+}
+
+// intOrPercent is the one schema of the types of that name (the API's and
+// the pool domain's), which encode alike.
+const intOrPercent = "IntOrPercent"
+
+// component returns a reference to the component for t, building it
+// with build the first time.
+func (g *schemas) component(t reflect.Type, name string, build func() map[string]any) map[string]any {
+	ref := map[string]any{"$ref": "#/components/schemas/" + name}
+	if other, seen := g.types[name]; seen {
+		if other != t && name != intOrPercent {
+			panic(fmt.Sprintf("openapi: %s and %s would both be the schema %s", other, t, name))
+		}
+		return ref
+	}
+	g.types[name] = t
+	g.defs[name] = map[string]any{} // placeholder against recursion
+	g.defs[name] = build()
+	return ref
+}
+
+// of is the schema of a Go type.
+func (g *schemas) of(t reflect.Type) map[string]any {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
@@ -162,12 +439,20 @@ func schemaOf(t reflect.Type, defs map[string]any) map[string]any {
 	case t == rawType:
 		return map[string]any{}
 	}
+	if values, ok := enumTypes[t]; ok {
+		return g.component(t, defName(t), func() map[string]any { return map[string]any{"type": "string", "enum": values} })
+	}
 	if !implements(t, jsonMarshaler) && implements(t, textMarshaler) {
 		return map[string]any{"type": "string"} // encoding/json writes a TextMarshaler as a string (a Duration's "15m0s")
 	}
 	if implements(t, jsonMarshaler) {
 		if t.Name() == "IntOrPercent" { // 3 or "25%", as Kubernetes writes it
-			return map[string]any{"type": []any{"integer", "string"}}
+			return g.component(t, intOrPercent, func() map[string]any {
+				return map[string]any{"description": `A count (3) or a percentage ("25%").`, "oneOf": []any{
+					map[string]any{"type": "integer", "minimum": 0},
+					map[string]any{"type": "string", "pattern": `^[0-9]+%$`},
+				}}
+			})
 		}
 		if t.Kind() == reflect.Array || t.Kind() == reflect.String {
 			return map[string]any{"type": "string"} // e.g. a hash that encodes as hex
@@ -179,32 +464,32 @@ func schemaOf(t reflect.Type, defs map[string]any) map[string]any {
 		return map[string]any{"type": "string"}
 	case reflect.Bool:
 		return map[string]any{"type": "boolean"}
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+	case reflect.Int64:
+		return map[string]any{"type": "integer", "format": "int64"}
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32:
 		return map[string]any{"type": "integer"}
-	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+	case reflect.Uint64:
+		return map[string]any{"type": "integer", "format": "int64", "minimum": 0}
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32:
 		return map[string]any{"type": "integer", "minimum": 0}
 	case reflect.Float32, reflect.Float64:
 		return map[string]any{"type": "number"}
 	case reflect.Slice:
 		if t.Elem().Kind() == reflect.Uint8 {
-			return map[string]any{"type": "string", "contentEncoding": "base64"}
+			return map[string]any{"type": "string", "format": "byte"} // base64
 		}
-		return map[string]any{"type": []any{"array", "null"}, "items": schemaOf(t.Elem(), defs)}
+		// A nil slice encodes as null.
+		return map[string]any{"type": "array", "nullable": true, "items": g.of(t.Elem())}
 	case reflect.Array:
-		return map[string]any{"type": "array", "items": schemaOf(t.Elem(), defs)}
+		return map[string]any{"type": "array", "items": g.of(t.Elem())}
 	case reflect.Map:
-		return map[string]any{"type": []any{"object", "null"}, "additionalProperties": schemaOf(t.Elem(), defs)}
+		return map[string]any{"type": "object", "nullable": true, "additionalProperties": g.of(t.Elem())}
 	case reflect.Struct:
 		name := defName(t)
 		if name == "" {
-			return structSchema(t, defs)
+			return g.structSchema(t)
 		}
-		ref := map[string]any{"$ref": "#/components/schemas/" + name}
-		if _, done := defs[name]; !done {
-			defs[name] = map[string]any{} // placeholder against recursion
-			defs[name] = structSchema(t, defs)
-		}
-		return ref
+		return g.component(t, name, func() map[string]any { return g.structSchema(t) })
 	}
 	return map[string]any{}
 }
@@ -228,9 +513,10 @@ func defName(t reflect.Type) string {
 	return strings.ToUpper(pkg[:1]) + pkg[1:] + t.Name()
 }
 
-func structSchema(t reflect.Type, defs map[string]any) map[string]any {
+func (g *schemas) structSchema(t reflect.Type) map[string]any {
 	props := map[string]any{}
 	var required []any
+	enums := fieldEnums[t]
 	var walk func(t reflect.Type)
 	walk = func(t reflect.Type) {
 		for i := range t.NumField() {
@@ -253,7 +539,17 @@ func structSchema(t reflect.Type, defs map[string]any) map[string]any {
 			if name == "" {
 				name = f.Name
 			}
-			props[name] = schemaOf(f.Type, defs)
+			if values, ok := enums[name]; ok && f.Type.Kind() == reflect.String {
+				props[name] = map[string]any{"type": "string", "enum": values}
+			} else {
+				props[name] = g.of(f.Type)
+			}
+			if name == "items" && f.Type.Kind() == reflect.Slice {
+				// A list's items: every list answers an array, never null
+				// (the gateway's tests validate every answer against the
+				// document), so clients need no nil check.
+				delete(props[name].(map[string]any), "nullable")
+			}
 			if !strings.Contains(opts, "omitempty") && !strings.Contains(opts, "omitzero") && f.Type.Kind() != reflect.Pointer {
 				required = append(required, name)
 			}

@@ -23,9 +23,10 @@ type Org struct {
 
 func (o Org) ETagVersion() uint64 { return o.Version }
 
-// OrgList is the organizations the caller may see.
+// OrgList is a page of the organizations the caller may see, by id.
 type OrgList struct {
-	Items []Org `json:"items"`
+	Items []Org  `json:"items"`
+	Next  string `json:"next,omitempty"`
 }
 
 // OrgCreate is the body of POST /api/v1/orgs.
@@ -49,9 +50,10 @@ type TokenCreate struct {
 	MaxMachines int `json:"max_machines,omitempty"`
 }
 
-// TokenList lists tokens without secrets or hashes.
+// TokenList is a page of tokens, oldest first, without secrets or hashes.
 type TokenList struct {
 	Items []org.TokenInfo `json:"items"`
+	Next  string          `json:"next,omitempty"`
 }
 
 // Machine is a machine with its ETag version.
@@ -83,6 +85,11 @@ type MachinePatch struct {
 // AssignBody is the body of POST …/machines/{uuid}/assign.
 type AssignBody struct {
 	Pool string `json:"pool"`
+}
+
+type tokenListReq struct {
+	regapi.TokenListReq
+	page pageQuery
 }
 
 type machineReq struct {
@@ -142,17 +149,29 @@ func (h *handler) registryRoutes() []route {
 		one      = "/api/v1/orgs/{org}/machines/{uuid}"
 	)
 	tokenRoutes := func(path string, kind token.Kind, what string) []route {
+		// The document shows each kind's body without the other's field.
+		notInBody := []string{"max_machines"}
+		if kind == token.KindEnrollment {
+			notInBody = []string{"role"}
+		}
 		return []route{
-			{Method: "GET", Path: path, Min: domain.RoleAdmin, Summary: "List " + what, Response: TokenList{}, Status: 200,
+			{Method: "GET", Path: path, Min: domain.RoleAdmin, Summary: "List " + what + ", oldest first (cursor pagination)", Response: TokenList{}, Status: 200,
+				Query: []string{"cursor", "limit"}, Limit: listPage,
 				Decode: func(_ context.Context, r *http.Request) (any, error) {
-					return regapi.TokenListReq{Org: r.PathValue("org"), Kind: kind}, nil
+					q, err := readPage(r, listPage)
+					return tokenListReq{TokenListReq: regapi.TokenListReq{Org: r.PathValue("org"), Kind: kind}, page: q}, err
 				},
 				Endpoint: func(ctx context.Context, req any) (any, error) {
-					l, err := reg.ListTokens(ctx, req.(regapi.TokenListReq))
-					return TokenList(l), err
+					q := req.(tokenListReq)
+					l, err := reg.ListTokens(ctx, q.TokenListReq)
+					if err != nil {
+						return nil, err
+					}
+					items, next, err := pageAfterItem(l.Items, q.page, func(t org.TokenInfo) string { return t.ID })
+					return TokenList{Items: items, Next: next}, err
 				}},
 			{Method: "POST", Path: path, Min: domain.RoleAdmin, Summary: "Create one of the " + what + " (the token is shown once)",
-				Request: TokenCreate{}, Response: regapi.TokenIssued{}, Status: 201,
+				Request: TokenCreate{}, Response: regapi.TokenIssued{}, Status: 201, NotInBody: notInBody,
 				Decode: func(_ context.Context, r *http.Request) (any, error) {
 					var b TokenCreate
 					if err := readJSON(r, h.BodyLimit, &b); err != nil {
@@ -177,21 +196,23 @@ func (h *handler) registryRoutes() []route {
 	}
 
 	routes := []route{
-		{Method: "GET", Path: orgs, Min: domain.RoleViewer, Summary: "List the organizations the token may see", Response: OrgList{}, Status: 200,
-			Decode: func(context.Context, *http.Request) (any, error) { return nil, nil },
-			Endpoint: func(ctx context.Context, _ any) (any, error) {
+		{Method: "GET", Path: orgs, Min: domain.RoleViewer, Summary: "List the organizations the token may see, by id (cursor pagination)", Response: OrgList{}, Status: 200,
+			Query: []string{"cursor", "limit"}, Limit: listPage,
+			Decode: func(_ context.Context, r *http.Request) (any, error) { return readPage(r, listPage) },
+			Endpoint: func(ctx context.Context, req any) (any, error) {
 				all, err := reg.ListOrgs(ctx)
 				if err != nil {
 					return nil, err
 				}
 				p := principalOf(ctx)
-				out := OrgList{Items: []Org{}}
-				for _, o := range all.Items {
+				var seen []Org
+				for _, o := range all.Items { // by id
 					if p.Role == domain.RolePlatform || o.ID == p.Org {
-						out.Items = append(out.Items, Org(o))
+						seen = append(seen, Org(o))
 					}
 				}
-				return out, nil
+				items, next := pageByKey(seen, req.(pageQuery), func(o Org) string { return o.ID }, lessString)
+				return OrgList{Items: items, Next: next}, nil
 			}},
 		{Method: "POST", Path: orgs, Min: domain.RolePlatform, Summary: "Create an organization (bootstrap admin)", Request: OrgCreate{}, Response: Org{}, Status: 201,
 			Decode: func(_ context.Context, r *http.Request) (any, error) {
@@ -226,10 +247,10 @@ func (h *handler) registryRoutes() []route {
 			}},
 
 		{Method: "GET", Path: machines, Min: domain.RoleViewer, Summary: "List machines (filters: pool, status, selector; cursor pagination)",
-			Response: MachinePage{}, Status: 200, Query: []string{"pool", "status", "selector", "cursor", "limit"},
+			Response: MachinePage{}, Status: 200, Query: []string{"pool", "status", "selector", "cursor", "limit"}, Limit: listPage,
 			Decode: func(_ context.Context, r *http.Request) (any, error) {
 				q := r.URL.Query()
-				limit, err := queryInt(r, "limit", 100, 1000)
+				limit, err := listPage.read(r)
 				return regapi.MachineList{Org: r.PathValue("org"), Pool: q.Get("pool"), Status: q.Get("status"),
 					Selector: q.Get("selector"), Cursor: q.Get("cursor"), Limit: limit}, err
 			},

@@ -129,11 +129,10 @@ func (h *handler) revisionRoutes() []route {
 	orgOnly := map[string]string{"org": "org"}
 	named := map[string]string{"org": "org", "name": "name"}
 	poolNamed := map[string]string{"org": "org", "pool": "name"}
-	poolRef := map[string]string{"org": "org", "pool": "pool"}
 	revRef := map[string]string{"org": "org", "pool": "pool", "n": "revision"}
 	A, V := domain.RoleAdmin, domain.RoleViewer
 	return []route{
-		revRoute(h, "GET", clusters, V, 200, "List clusters", false, rev.ListClusters, orgOnly),
+		h.clusterList(clusters),
 		revRoute(h, "POST", clusters, A, 201, "Create a cluster (its kubeconfig and bootstrap token are sealed at rest)", true, rev.CreateCluster, orgOnly),
 		revRoute(h, "GET", cluster, V, 200, "Get a cluster, now or ?at= a past time or sequence", false, rev.GetCluster, named, "at"),
 		revRoute(h, "PATCH", cluster, A, 200, "Change a cluster's endpoint, control-plane version or CA hash", true, rev.UpdateCluster, named),
@@ -141,12 +140,12 @@ func (h *handler) revisionRoutes() []route {
 		revRoute(h, "PUT", cluster+"/bootstrap-token", A, 200, "Replace the join bootstrap token", true, rev.RotateBootstrapToken, named),
 		revRoute(h, "DELETE", cluster, A, 200, "Delete a cluster (refused while pools remain); answers it as it was, with deleted: true", false, deleteCluster, named),
 
-		revRoute(h, "GET", pools, V, 200, "List machine pools", false, rev.ListPools, orgOnly, "cluster"),
+		h.poolList(pools),
 		revRoute(h, "POST", pools, A, 201, `Create a pool: "Save" makes revision 1; with "apply": true ("Save & Apply") it is also rolled out`, true, rev.CreatePool, orgOnly),
 		revRoute(h, "GET", pool, V, 200, "Get a pool, now or ?at= a past time or sequence", false, rev.GetPool, poolNamed, "at"),
 		revRoute(h, "PUT", pool, A, 200, `Change a pool: a change that needs a reboot makes a new revision; "apply": true also rolls it out`, true, rev.UpdatePool, poolNamed),
 		revRoute(h, "DELETE", pool, A, 200, "Delete a pool; answers it as it was, with deleted: true", false, deletePool, poolNamed),
-		revRoute(h, "GET", revs, V, 200, "List a pool's revisions", false, rev.ListRevisions, poolRef),
+		h.revisionList(revs),
 		revRoute(h, "GET", one, V, 200, "Get one revision", false, rev.GetRevision, revRef),
 		revRoute(h, "GET", one+"/diff", V, 200, "Diff a revision ?against= another: fields and the rendered Ignition", false,
 			func(ctx context.Context, nc *nats.Conn, r rev.DiffRevisionsRequest) (rev.RevisionDiff, error) {
@@ -156,4 +155,89 @@ func (h *handler) revisionRoutes() []route {
 		revRoute(h, "GET", one+"/ignition", V, 200, "The revision's rendered Ignition (credentials left as placeholders)", false, rev.PreviewIgnition, revRef),
 		revRoute(h, "POST", one+"/apply", domain.RoleOperator, 200, "Roll this revision out (an older one is a rollback; the current one re-reboots)", false, rev.ApplyRevision, revRef),
 	}
+}
+
+// PoolPage is a page of an organization's pools, by name.
+type PoolPage struct {
+	Items []rev.PoolSummary `json:"items"`
+	Next  string            `json:"next,omitempty"`
+}
+
+// ClusterPage is a page of an organization's clusters, by name.
+type ClusterPage struct {
+	Items []rev.Cluster `json:"items"`
+	Next  string        `json:"next,omitempty"`
+}
+
+// RevisionPage is a page of a pool's revisions, oldest first, with the
+// revision last applied.
+type RevisionPage struct {
+	Items           []rev.RevisionSummary `json:"items"`
+	Next            string                `json:"next,omitempty"`
+	Pool            string                `json:"pool"`
+	AppliedRevision int                   `json:"applied_revision"`
+}
+
+// revList is a list read from the revisions service, paged here: the
+// service answers the whole list.
+type revList[Req any] struct {
+	req  Req
+	page pageQuery
+}
+
+func (h *handler) poolList(path string) route {
+	return route{Method: "GET", Path: path, Min: domain.RoleViewer, Summary: "List machine pools, by name (filter: cluster; cursor pagination)",
+		Response: PoolPage{}, Status: 200, Query: []string{"cluster", "cursor", "limit"}, Limit: listPage,
+		Decode: func(_ context.Context, r *http.Request) (any, error) {
+			q, err := readPage(r, listPage)
+			return revList[rev.ListPoolsRequest]{req: rev.ListPoolsRequest{Org: r.PathValue("org"), Cluster: r.URL.Query().Get("cluster")}, page: q}, err
+		},
+		Endpoint: func(ctx context.Context, req any) (any, error) {
+			q := req.(revList[rev.ListPoolsRequest])
+			l, err := rev.ListPools(ctx, h.NC, q.req)
+			if err != nil {
+				return nil, err
+			}
+			items, next := pageByKey(l.Pools, q.page, func(p rev.PoolSummary) string { return p.Name }, lessString)
+			return PoolPage{Items: items, Next: next}, nil
+		}}
+}
+
+func (h *handler) clusterList(path string) route {
+	return route{Method: "GET", Path: path, Min: domain.RoleViewer, Summary: "List clusters, by name (cursor pagination)",
+		Response: ClusterPage{}, Status: 200, Query: []string{"cursor", "limit"}, Limit: listPage,
+		Decode: func(_ context.Context, r *http.Request) (any, error) {
+			q, err := readPage(r, listPage)
+			return revList[rev.ListClustersRequest]{req: rev.ListClustersRequest{Org: r.PathValue("org")}, page: q}, err
+		},
+		Endpoint: func(ctx context.Context, req any) (any, error) {
+			q := req.(revList[rev.ListClustersRequest])
+			l, err := rev.ListClusters(ctx, h.NC, q.req)
+			if err != nil {
+				return nil, err
+			}
+			items, next := pageByKey(l.Clusters, q.page, func(c rev.Cluster) string { return c.Name }, lessString)
+			return ClusterPage{Items: items, Next: next}, nil
+		}}
+}
+
+func (h *handler) revisionList(path string) route {
+	return route{Method: "GET", Path: path, Min: domain.RoleViewer, Summary: "List a pool's revisions, oldest first (cursor pagination)",
+		Response: RevisionPage{}, Status: 200, Query: []string{"cursor", "limit"}, Limit: listPage,
+		Decode: func(_ context.Context, r *http.Request) (any, error) {
+			q, err := readPage(r, listPage)
+			if err == nil {
+				err = checkNumberCursor(q)
+			}
+			return revList[rev.ListRevisionsRequest]{req: rev.ListRevisionsRequest{Org: r.PathValue("org"), Pool: r.PathValue("pool")}, page: q}, err
+		},
+		Endpoint: func(ctx context.Context, req any) (any, error) {
+			q := req.(revList[rev.ListRevisionsRequest])
+			l, err := rev.ListRevisions(ctx, h.NC, q.req)
+			if err != nil {
+				return nil, err
+			}
+			items, next := pageByKey(l.Revisions, q.page, func(r rev.RevisionSummary) string { return strconv.Itoa(r.Number) }, lessNumber)
+			return RevisionPage{Items: items, Next: next, Pool: l.Pool, AppliedRevision: l.AppliedRevision}, nil
+		}}
 }

@@ -86,7 +86,7 @@ func listRequest(r *http.Request, kinds bool) (rolloutapi.ListRequest, error) {
 			f.Add("kind", "must be one of %s", strings.Join(operationKinds, ", "))
 		}
 	}
-	limit, err := queryInt(r, "limit", 50, 1000)
+	limit, err := rolloutPage.read(r)
 	f.Merge("", err)
 	req.Limit = limit
 	return req, f.Err()
@@ -140,7 +140,7 @@ func (h *handler) rolloutRoutes() []route {
 	}
 	return []route{
 		{Method: "GET", Path: rollouts, Min: V, Summary: "List rollouts, newest first (filters: pool, status or \"active\"; cursor pagination)",
-			Response: rolloutapi.RolloutList{}, Status: 200, Query: []string{"pool", "status", "cursor", "limit"},
+			Response: rolloutapi.RolloutList{}, Status: 200, Query: []string{"pool", "status", "cursor", "limit"}, Limit: rolloutPage,
 			Decode: func(_ context.Context, r *http.Request) (any, error) { return listRequest(r, false) },
 			Endpoint: func(ctx context.Context, req any) (any, error) {
 				return ro.List(ctx, req.(rolloutapi.ListRequest))
@@ -189,7 +189,7 @@ func (h *handler) rolloutRoutes() []route {
 		control("retry", "Retry a failed rollout from where it stopped", ro.Retry),
 
 		{Method: "GET", Path: operations, Min: V, Summary: "List operations (rollouts, maintenance, unassignments, deletions), newest first (filters: pool, status, kind; cursor pagination)",
-			Response: rolloutapi.OperationList{}, Status: 200, Query: []string{"pool", "status", "kind", "cursor", "limit"},
+			Response: rolloutapi.OperationList{}, Status: 200, Query: []string{"pool", "status", "kind", "cursor", "limit"}, Limit: rolloutPage,
 			Decode: func(_ context.Context, r *http.Request) (any, error) { return listRequest(r, true) },
 			Endpoint: func(ctx context.Context, req any) (any, error) {
 				return ro.ListOperations(ctx, req.(rolloutapi.ListRequest))

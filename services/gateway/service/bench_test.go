@@ -168,34 +168,36 @@ func compare(b *testing.B, name string, s *stack, tok string, urls []string, per
 	b.ReportMetric(pct(base, 99), name+"_base_p99_ms")
 	b.ReportMetric(baseRPS, name+"_base_req/s")
 	b.ReportMetric(oursRPS/baseRPS, name+"_ratio")
-	b.Logf("%s: ours p50 %.2fms p99 %.2fms %.0f req/s; bare net/http p50 %.2fms p99 %.2fms %.0f req/s; ratio %.2f (%d bytes per answer)",
-		name, pct(ours, 50), pct(ours, 99), oursRPS, pct(base, 50), pct(base, 99), baseRPS, oursRPS/baseRPS, len(answers[urls[0]].body))
+	b.Logf("%s: %d requests (%d distinct URLs) each to the gateway and to a bare net/http handler, %d at a time; ours p50 %.2fms p99 %.2fms %.0f req/s; bare net/http p50 %.2fms p99 %.2fms %.0f req/s; ratio %.2f (%d bytes per answer)",
+		name, len(ours), len(urls), workers, pct(ours, 50), pct(ours, 99), oursRPS, pct(base, 50), pct(base, 99), baseRPS, oursRPS/baseRPS, len(answers[urls[0]].body))
 }
 
 // BenchmarkMachineReads reads one machine and a filtered page of 100 with
 // 100,000 machines in the inventory, over loopback HTTP with a viewer
 // token, against a bare net/http handler returning the same bytes in the
-// same run (target: ratio of throughputs >= 0.3).
+// same run (target: ratio of throughputs >= 0.3). ANVIL_BENCH_SCALE sets
+// the sizes (docs/performance.md).
 //
 //	go test -run '^$' -bench BenchmarkMachineReads -benchtime 1x ./services/gateway/service/
 func BenchmarkMachineReads(b *testing.B) {
-	n := 100_000
-	if testing.Short() {
-		n = 5_000
-	}
+	n := eventstest.BenchSize(b, "machines", 100_000, 200)
+	perGet := eventstest.BenchSize(b, "GETs of one machine per round", 6000, 60)
+	perList := eventstest.BenchSize(b, "page reads per round", 600, 12)
+	natsCalls := eventstest.BenchSize(b, "page reads over NATS", 1800, 32)
 	s := startStack(b)
 	tn := s.tenants()
 	loadMachines(b, s, "acme", n)
 	var gets []string
-	for i := range 1000 {
-		gets = append(gets, "/api/v1/orgs/acme/machines/"+uuidN(i*(n/1000)))
+	distinct := min(1000, n)
+	for i := range distinct {
+		gets = append(gets, "/api/v1/orgs/acme/machines/"+uuidN(i*(n/distinct)))
 	}
 	q := url.Values{"pool": {"pool-3"}, "selector": {"rack=r3"}, "limit": {"100"}}
 	lists := []string{"/api/v1/orgs/acme/machines?" + q.Encode()}
 	b.ResetTimer()
 	for range b.N {
-		compare(b, "get", s, tn.viewer, gets, 6000)
-		compare(b, "list", s, tn.viewer, lists, 600)
+		compare(b, "get", s, tn.viewer, gets, perGet)
+		compare(b, "list", s, tn.viewer, lists, perList)
 		// what the registry alone serves over NATS (no HTTP, no gateway):
 		// as the gateway asks for it (the page's bytes, not decoded), the
 		// ceiling the gateway's list cannot pass; and decoded into Go
@@ -203,18 +205,18 @@ func BenchmarkMachineReads(b *testing.B) {
 		reg := regapi.Client{NC: s.nc}
 		ctx := context.Background()
 		req := regapi.MachineList{Org: "acme", Pool: "pool-3", Selector: "rack=r3", Limit: 100}
-		lat, wall := parallelCalls(b, 16, 1800, func() error {
+		lat, wall := parallelCalls(b, 16, natsCalls, func() error {
 			_, err := command.CallJSON(ctx, s.nc, regapi.SubjectMachineList, req)
 			return err
 		})
 		b.ReportMetric(float64(len(lat))/wall.Seconds(), "list_registry_nats_req/s")
-		b.Logf("list straight from the registry over NATS: p50 %.2fms p99 %.2fms %.0f req/s", pct(lat, 50), pct(lat, 99), float64(len(lat))/wall.Seconds())
-		lat, wall = parallelCalls(b, 16, 1800, func() error {
+		b.Logf("list straight from the registry over NATS, %d calls: p50 %.2fms p99 %.2fms %.0f req/s", len(lat), pct(lat, 50), pct(lat, 99), float64(len(lat))/wall.Seconds())
+		lat, wall = parallelCalls(b, 16, natsCalls, func() error {
 			_, err := reg.ListMachines(ctx, req)
 			return err
 		})
 		b.ReportMetric(float64(len(lat))/wall.Seconds(), "list_registry_nats_decoded_req/s")
-		b.Logf("the same, decoded into Go values by the caller: p50 %.2fms p99 %.2fms %.0f req/s", pct(lat, 50), pct(lat, 99), float64(len(lat))/wall.Seconds())
+		b.Logf("the same, decoded into Go values by the caller, %d calls: p50 %.2fms p99 %.2fms %.0f req/s", len(lat), pct(lat, 50), pct(lat, 99), float64(len(lat))/wall.Seconds())
 	}
 }
 

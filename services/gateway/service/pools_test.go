@@ -65,9 +65,12 @@ func TestClusterPoolRevisionRoutes(t *testing.T) {
 	if r := s.do("PUT", base+"/pools/workers", tn.admin, spec, nil, nil); r.status != 422 || !strings.Contains(string(r.body), "network.vlans[0].id") {
 		t.Fatalf("bad VLAN: %d %s", r.status, r.body)
 	}
-	var list struct{ Revisions []struct{ Number int } }
+	var list struct {
+		Items []struct{ Number int }
+		Next  string
+	}
 	s.do("GET", base+"/pools/workers/revisions", tn.viewer, nil, nil, &list)
-	if len(list.Revisions) != 2 {
+	if len(list.Items) != 2 || list.Items[1].Number != 2 || list.Next != "" {
 		t.Fatalf("revisions: %+v", list)
 	}
 	var diff struct {

@@ -171,9 +171,21 @@ func TestEventsAudit(t *testing.T) {
 	}
 	next := page.Next
 	page.Items, page.Next = nil, ""
-	s.do("GET", "/api/v1/orgs/acme/events?limit=1&type=machine.labels_changed,machine.preregistered&after="+next, tn.viewer, nil, nil, &page)
+	s.do("GET", "/api/v1/orgs/acme/events?limit=1&type=machine.labels_changed,machine.preregistered&cursor="+next, tn.viewer, nil, nil, &page)
 	if len(page.Items) != 1 || page.Items[0].Type != "machine.labels_changed" {
 		t.Fatalf("page 2: %+v", page)
+	}
+	// ?after= is cursor's deprecated alias
+	page.Items = nil
+	s.do("GET", "/api/v1/orgs/acme/events?limit=1&type=machine.labels_changed,machine.preregistered&after="+next, tn.viewer, nil, nil, &page)
+	if len(page.Items) != 1 || page.Items[0].Type != "machine.labels_changed" {
+		t.Fatalf("page 2 with after: %+v", page)
+	}
+	for _, q := range []string{"cursor=x", "after=x", "cursor=" + next + "&after=1"} {
+		r := s.do("GET", "/api/v1/orgs/acme/events?"+q, tn.viewer, nil, nil, nil)
+		if p := r.problem(); r.status != 422 || len(p.Errors) != 1 || !strings.HasPrefix(q, p.Errors[0].Field) && !strings.Contains(q, "&"+p.Errors[0].Field) {
+			t.Fatalf("events?%s: %d %s", q, r.status, r.body)
+		}
 	}
 	page.Items = nil
 	s.do("GET", "/api/v1/orgs/acme/events?actor=nobody", tn.viewer, nil, nil, &page)

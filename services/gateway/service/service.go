@@ -5,7 +5,9 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"time"
 
@@ -50,26 +52,34 @@ type Config struct {
 
 // RegisterFlags binds the service's flags, each with an environment default.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	c.Config.RegisterFlags(fs, Name, "")
+	c.Config.RegisterFlags(fs, Name, "127.0.0.1:9105")
 	fs.StringVar(&c.Listen, "listen", svc.Env("ANVIL_GATEWAY_ADDR", "127.0.0.1:8080"), "HTTP listen address (env ANVIL_GATEWAY_ADDR)")
 	fs.StringVar(&c.AdminTokenHash, "admin-token-hash", svc.Env("ANVIL_ADMIN_TOKEN_HASH", hashOf(os.Getenv("ANVIL_ADMIN_TOKEN"))),
 		"hex SHA-256 of the bootstrap admin token (env ANVIL_ADMIN_TOKEN_HASH, or ANVIL_ADMIN_TOKEN in plaintext)")
 	fs.Int64Var(&c.BodyLimit, "body-limit", int64(svc.EnvInt("ANVIL_GATEWAY_BODY_LIMIT", 1<<20)), "largest request body in bytes; larger gets 413 (env ANVIL_GATEWAY_BODY_LIMIT)")
-	fs.DurationVar(&c.IdempotencyTTL, "idempotency-ttl", 24*time.Hour, "how long an Idempotency-Key's answer is kept (env ANVIL_GATEWAY_IDEMPOTENCY_TTL)")
-	if d, err := time.ParseDuration(os.Getenv("ANVIL_GATEWAY_IDEMPOTENCY_TTL")); err == nil {
-		c.IdempotencyTTL = d
-	}
+	fs.DurationVar(&c.IdempotencyTTL, "idempotency-ttl", svc.EnvDuration("ANVIL_GATEWAY_IDEMPOTENCY_TTL", 24*time.Hour),
+		"how long an Idempotency-Key's answer is kept (env ANVIL_GATEWAY_IDEMPOTENCY_TTL)")
 	fs.StringVar(&c.ConsoleBootURL, "console-boot-url", svc.Env("ANVIL_CONSOLE_BOOT_URL", os.Getenv("ANVIL_BOOT_PUBLIC_URL")),
 		"the boot service's URL as machines reach it, for the iPXE chain URL the console shows (env ANVIL_CONSOLE_BOOT_URL, else ANVIL_BOOT_PUBLIC_URL)")
-	fs.DurationVar(&c.ConsoleSessionTTL, "console-session-ttl", ui.DefaultSessionTTL, "how long a console session lasts (env ANVIL_CONSOLE_SESSION_TTL)")
-	if d, err := time.ParseDuration(os.Getenv("ANVIL_CONSOLE_SESSION_TTL")); err == nil {
-		c.ConsoleSessionTTL = d
-	}
-	fs.DurationVar(&c.TokenCacheTTL, "token-cache-ttl", DefaultTokenCacheTTL,
+	fs.DurationVar(&c.ConsoleSessionTTL, "console-session-ttl", svc.EnvDuration(ui.EnvSessionTTL, ui.DefaultSessionTTL),
+		"how long a console session lasts (env ANVIL_CONSOLE_SESSION_TTL)")
+	fs.DurationVar(&c.TokenCacheTTL, "token-cache-ttl", svc.EnvDuration("ANVIL_GATEWAY_TOKEN_CACHE_TTL", DefaultTokenCacheTTL),
 		"how long a verified API token is trusted without asking the registry again; a revocation empties the cache at once; negative disables (env ANVIL_GATEWAY_TOKEN_CACHE_TTL)")
-	if d, err := time.ParseDuration(os.Getenv("ANVIL_GATEWAY_TOKEN_CACHE_TTL")); err == nil {
-		c.TokenCacheTTL = d
+}
+
+// Validate checks the parsed settings; errors name the flag and variable.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.BodyLimit <= 0 {
+		errs = append(errs, fmt.Errorf("--body-limit (env ANVIL_GATEWAY_BODY_LIMIT) = %d: must be a positive number of bytes", c.BodyLimit))
 	}
+	if c.IdempotencyTTL <= 0 {
+		errs = append(errs, fmt.Errorf("--idempotency-ttl (env ANVIL_GATEWAY_IDEMPOTENCY_TTL) = %s: must be positive", c.IdempotencyTTL))
+	}
+	if c.ConsoleSessionTTL <= 0 {
+		errs = append(errs, fmt.Errorf("--console-session-ttl (env ANVIL_CONSOLE_SESSION_TTL) = %s: must be positive", c.ConsoleSessionTTL))
+	}
+	return errors.Join(c.Config.Validate(), errors.Join(errs...))
 }
 
 func hashOf(token string) string {

@@ -72,9 +72,7 @@ func (c *Console) machineList(w http.ResponseWriter, r *http.Request, v view) {
 		c.render(w, r, http.StatusOK, "machines", v)
 		return
 	}
-	var pools rev.PoolList
-	_, _ = c.do(r.Context(), v.S.token, call{method: "GET", path: orgPath(v.Org, "pools")}, &pools)
-	d.Pools = pools.Pools
+	d.Pools, _ = listAll[rev.PoolSummary](r.Context(), c, v.S.token, orgPath(v.Org, "pools"))
 	v.Title, v.Section, v.Data = "Machines", "machines", d
 	c.render(w, r, http.StatusOK, "machines", v)
 }
@@ -106,9 +104,8 @@ func (c *Console) machineNew(w http.ResponseWriter, r *http.Request, v view) {
 }
 
 func (c *Console) renderMachineForm(w http.ResponseWriter, r *http.Request, v view, status int, form url.Values, errs map[string]string) {
-	var pools rev.PoolList
-	_, _ = c.do(r.Context(), v.S.token, call{method: "GET", path: orgPath(v.Org, "pools")}, &pools)
-	v.Title, v.Section, v.Data = "Register Machine", "machines", machineFormData{Form: form, Errors: errs, Pools: pools.Pools}
+	pools, _ := listAll[rev.PoolSummary](r.Context(), c, v.S.token, orgPath(v.Org, "pools"))
+	v.Title, v.Section, v.Data = "Register Machine", "machines", machineFormData{Form: form, Errors: errs, Pools: pools}
 	c.render(w, r, status, "machine_new", v)
 }
 
@@ -381,12 +378,12 @@ func (c *Console) machineConfirm(w http.ResponseWriter, r *http.Request, v view)
 		}
 		d.Action = a
 		if name == "assign" {
-			var pools rev.PoolList
-			if _, err := c.do(r.Context(), v.S.token, call{method: "GET", path: orgPath(v.Org, "pools")}, &pools); err != nil {
+			pools, err := listAll[rev.PoolSummary](r.Context(), c, v.S.token, orgPath(v.Org, "pools"))
+			if err != nil {
 				c.fail(w, r, v, "listing pools", err)
 				return
 			}
-			d.Pools = pools.Pools
+			d.Pools = pools
 		}
 	}
 	v.Title, v.Data = d.Action.Button+"?", d

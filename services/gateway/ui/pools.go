@@ -1,6 +1,7 @@
 package ui
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -165,17 +166,41 @@ func specOfForm(form url.Values) (rev.PoolSpec, poolForm, map[string]string) {
 	return s, f, errs
 }
 
+// listAll reads every page of a list: the API answers every list as
+// {"items", "next"}, next to be passed back as ?cursor= until it is absent.
+func listAll[T any](ctx context.Context, c *Console, token, path string) ([]T, error) {
+	out := []T{}
+	for cursor := ""; ; {
+		var page struct {
+			Items []T    `json:"items"`
+			Next  string `json:"next"`
+		}
+		q := url.Values{"limit": {"1000"}}
+		if cursor != "" {
+			q.Set("cursor", cursor)
+		}
+		if _, err := c.do(ctx, token, call{method: "GET", path: path, query: q}, &page); err != nil {
+			return nil, err
+		}
+		out = append(out, page.Items...)
+		if page.Next == "" || page.Next == cursor {
+			return out, nil
+		}
+		cursor = page.Next
+	}
+}
+
 type poolListData struct {
 	Items []rev.PoolSummary
 }
 
 func (c *Console) poolList(w http.ResponseWriter, r *http.Request, v view) {
-	var pools rev.PoolList
-	if _, err := c.do(r.Context(), v.S.token, call{method: "GET", path: orgPath(v.Org, "pools")}, &pools); err != nil {
+	pools, err := listAll[rev.PoolSummary](r.Context(), c, v.S.token, orgPath(v.Org, "pools"))
+	if err != nil {
 		c.fail(w, r, v, "listing pools", err)
 		return
 	}
-	v.Title, v.Section, v.Data = "Machine Pools", "pools", poolListData{Items: pools.Pools}
+	v.Title, v.Section, v.Data = "Machine Pools", "pools", poolListData{Items: pools}
 	c.render(w, r, http.StatusOK, "pools", v)
 }
 
@@ -204,12 +229,12 @@ func (c *Console) poolNew(w http.ResponseWriter, r *http.Request, v view) {
 
 func (c *Console) renderPoolForm(w http.ResponseWriter, r *http.Request, v view, status int, d poolData) {
 	if d.New {
-		var cl rev.ClusterList
-		if _, err := c.do(r.Context(), v.S.token, call{method: "GET", path: orgPath(v.Org, "clusters")}, &cl); err != nil {
+		clusters, err := listAll[rev.Cluster](r.Context(), c, v.S.token, orgPath(v.Org, "clusters"))
+		if err != nil {
 			c.fail(w, r, v, "listing clusters", err)
 			return
 		}
-		d.Clusters = cl.Clusters
+		d.Clusters = clusters
 		v.Title = "New Machine Pool"
 	} else {
 		v.Title = "Pool " + d.Pool.Name
@@ -445,12 +470,12 @@ func (c *Console) clusterList(w http.ResponseWriter, r *http.Request, v view) {
 }
 
 func (c *Console) renderClusters(w http.ResponseWriter, r *http.Request, v view, status int, d clusterData) {
-	var cl rev.ClusterList
-	if _, err := c.do(r.Context(), v.S.token, call{method: "GET", path: orgPath(v.Org, "clusters")}, &cl); err != nil {
+	clusters, err := listAll[rev.Cluster](r.Context(), c, v.S.token, orgPath(v.Org, "clusters"))
+	if err != nil {
 		c.fail(w, r, v, "listing clusters", err)
 		return
 	}
-	d.Items = cl.Clusters
+	d.Items = clusters
 	v.Title, v.Section, v.Data = "Clusters", "pools", d
 	c.render(w, r, status, "clusters", v)
 }

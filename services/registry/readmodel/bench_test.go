@@ -7,46 +7,68 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anvil-fleet/anvil/libs/events/eventstest"
 	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
 )
 
-const benchMachines = 100_000
+// benchMachines is the size of the benchmarks' organization: 100,000
+// machines, or what ANVIL_BENCH_SCALE makes of it (docs/performance.md).
+func benchMachines(b *testing.B) int {
+	return eventstest.BenchSize(b, "machines", 100_000, 500)
+}
 
 // BenchmarkMemoryPerMachine projects a realistic 100,000-machine fleet
 // (labels, pool, hardware with two disks and two NICs, revisions,
 // timestamps) and reports the live heap it takes per machine. Events are
 // streamed so that only the model stays reachable.
 func BenchmarkMemoryPerMachine(b *testing.B) {
+	n := benchMachines(b)
 	var perMachine float64
+	var events uint64
 	for b.Loop() {
 		var before, after runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)
 		m := New()
 		var seq uint64
-		genFleet("acme", benchMachines, 1, &seq, func(e envelope) { m.Apply(e.seq, e.org, e.uuid, e.at, e.event) })
+		genFleet("acme", n, 1, &seq, func(e envelope) { m.Apply(e.seq, e.org, e.uuid, e.at, e.event) })
 		runtime.GC()
 		runtime.ReadMemStats(&after)
-		perMachine = float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / benchMachines
+		perMachine = float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / float64(n)
+		events = seq
 		runtime.KeepAlive(m)
 	}
 	b.ReportMetric(perMachine, "bytes/machine")
+	b.Logf("projected %d machines from %d events, %d time(s): %.0f bytes of live heap per machine", n, events, b.N, perMachine)
 }
 
-var benchFleet = sync.OnceValue(func() *Model {
+var (
+	benchFleetsMu sync.Mutex
+	benchFleets   = map[int]*Model{}
+)
+
+// benchFleet is the model of an organization of n machines and a second
+// one of n/10 (so that isolation costs are included), built once per size.
+func benchFleet(n int) *Model {
+	benchFleetsMu.Lock()
+	defer benchFleetsMu.Unlock()
+	if m, ok := benchFleets[n]; ok {
+		return m
+	}
 	m := New()
 	var seq uint64
-	genFleet("acme", benchMachines, 1, &seq, func(e envelope) { m.Apply(e.seq, e.org, e.uuid, e.at, e.event) })
-	// A second organization, so that isolation costs are included.
-	genFleet("globex", benchMachines/10, 2, &seq, func(e envelope) { m.Apply(e.seq, e.org, e.uuid, e.at, e.event) })
+	genFleet("acme", n, 1, &seq, func(e envelope) { m.Apply(e.seq, e.org, e.uuid, e.at, e.event) })
+	genFleet("globex", n/10, 2, &seq, func(e envelope) { m.Apply(e.seq, e.org, e.uuid, e.at, e.event) })
+	benchFleets[n] = m
 	return m
-})
+}
 
 // BenchmarkListFilteredPage pages through filtered listings of the
 // 100,000-machine organization 100 at a time (wrapping around at the end)
 // and reports per-page latency percentiles.
 func BenchmarkListFilteredPage(b *testing.B) {
-	m := benchFleet()
+	n := benchMachines(b)
+	m := benchFleet(n)
 	cases := []struct {
 		name string
 		f    Filter
@@ -84,6 +106,7 @@ func BenchmarkListFilteredPage(b *testing.B) {
 			b.ReportMetric(pct(0.50), "p50-ms")
 			b.ReportMetric(pct(0.99), "p99-ms")
 			b.ReportMetric(float64(items)/float64(len(lat)), "items/page")
+			b.Logf("%d pages of up to 100 (%d machines in all) out of %d machines: p50 %.3fms p99 %.3fms", len(lat), items, n, pct(0.50), pct(0.99))
 		})
 	}
 }
@@ -91,20 +114,23 @@ func BenchmarkListFilteredPage(b *testing.B) {
 // BenchmarkApply measures projection throughput (events per second while
 // rebuilding from zero).
 func BenchmarkApply(b *testing.B) {
+	n := eventstest.BenchSize(b, "machines", 10_000, 200)
 	var seq uint64
-	evs := fleet("acme", 10_000, 1, &seq)
+	evs := fleet("acme", n, 1, &seq)
 	b.ResetTimer()
 	for b.Loop() {
 		m := New()
 		load(m, evs)
 	}
 	b.ReportMetric(float64(len(evs))*float64(b.N)/b.Elapsed().Seconds(), "events/s")
+	b.Logf("applied %d events of %d machines into a fresh model %d time(s)", len(evs), n, b.N)
 }
 
 // BenchmarkSnapshotRestoreHash measures checkpointing the 100,000-machine
 // fleet: encoding, decoding into a fresh model, and hashing.
 func BenchmarkSnapshotRestoreHash(b *testing.B) {
-	m := benchFleet()
+	machines := benchMachines(b)
+	m := benchFleet(machines)
 	var snapMS, restoreMS, hashMS, size float64
 	for b.Loop() {
 		start := time.Now()
@@ -126,9 +152,11 @@ func BenchmarkSnapshotRestoreHash(b *testing.B) {
 		hashMS = float64(time.Since(start).Microseconds()) / 2000 // two hashes
 		size = float64(len(blob))
 	}
-	n := float64(benchMachines + benchMachines/10)
+	n := float64(machines + machines/10)
 	b.ReportMetric(snapMS, "snapshot-ms")
 	b.ReportMetric(restoreMS, "restore-ms")
 	b.ReportMetric(hashMS, "hash-ms")
 	b.ReportMetric(size/n, "snapshot-bytes/machine")
+	b.Logf("snapshot of %.0f machines (two organizations): %.0f bytes, encoded in %.1fms, restored in %.1fms, hashed in %.1fms, %d time(s)",
+		n, size, snapMS, restoreMS, hashMS, b.N)
 }

@@ -71,6 +71,21 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"machines one enrollment token may register at once before --enrollment-rate applies (env ANVIL_REGISTRY_ENROLLMENT_BURST)")
 }
 
+// Validate checks the parsed settings; errors name the flag and variable.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.OfflineAfter <= 0 {
+		errs = append(errs, fmt.Errorf("--offline-after (env ANVIL_REGISTRY_OFFLINE_AFTER) = %s: must be positive", c.OfflineAfter))
+	}
+	if c.SweepInterval <= 0 {
+		errs = append(errs, fmt.Errorf("--offline-sweep-interval (env ANVIL_REGISTRY_OFFLINE_SWEEP_INTERVAL) = %s: must be positive", c.SweepInterval))
+	}
+	if c.EnrollmentBurst < 0 {
+		errs = append(errs, fmt.Errorf("--enrollment-burst (env ANVIL_REGISTRY_ENROLLMENT_BURST) = %d: must not be negative", c.EnrollmentBurst))
+	}
+	return errors.Join(c.Config.Validate(), errors.Join(errs...))
+}
+
 // Service is a running registry, for tests and the dev stack.
 type Service struct {
 	App      *app.App
@@ -144,6 +159,7 @@ func Start(ctx context.Context, cfg Config, o svc.Options, ready chan<- *Service
 			Filter: events.Filter{AggregateType: "org"}}, rt.JS, rt.Registry, orgs, rt.Poison, rt.Log),
 	}
 	a.WaitMachines = s.Machines.WaitFor
+	defer app.TrackMetrics(a)() // anvil_machines…, read at scrape time
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errc := make(chan error, 4)

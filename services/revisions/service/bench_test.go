@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anvil-fleet/anvil/libs/events/eventstest"
 	"github.com/anvil-fleet/anvil/services/revisions/api"
 	"github.com/anvil-fleet/anvil/services/revisions/domain/cluster"
 	"github.com/anvil-fleet/anvil/services/revisions/domain/pool"
@@ -43,7 +44,7 @@ func BenchmarkRenderViaNATS(b *testing.B) {
 		b.Fatalf("the baseline renders something else than the service: %v", err)
 	}
 
-	n := max(b.N, 60)
+	n := max(b.N, eventstest.BenchSize(b, "renders of each kind", 60, 6))
 	const rounds = 3
 	per := n / rounds
 	var firstDur, cachedDur, baseDur time.Duration
@@ -78,6 +79,9 @@ func BenchmarkRenderViaNATS(b *testing.B) {
 	b.ReportMetric(total/baseDur.Seconds(), "baseline_renders/s")
 	b.ReportMetric(baseDur.Seconds()/cachedDur.Seconds(), "cached_vs_baseline")
 	b.ReportMetric(baseDur.Seconds()/firstDur.Seconds(), "first_vs_baseline")
+	b.Logf("%d first renders over NATS in %s, %d cached in %s, %d render-per-request baseline renders in %s, in %d alternating rounds; first %.1fx, cached %.1fx the baseline",
+		int(total), firstDur.Round(time.Millisecond), int(total), cachedDur.Round(time.Millisecond), int(total), baseDur.Round(time.Millisecond), rounds,
+		baseDur.Seconds()/firstDur.Seconds(), baseDur.Seconds()/cachedDur.Seconds())
 }
 
 // baselineInput builds, with the domain alone, the render input of the

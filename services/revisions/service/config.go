@@ -171,6 +171,9 @@ func (c Config) renderOptions() (render.Options, app.AssetSettings, error) {
 // anything (the dev stack checks its settings before it starts the
 // services). Errors name the flag and the variable.
 func (c Config) Validate() error {
+	if err := c.Config.Validate(); err != nil {
+		return err
+	}
 	if _, err := ParseEncryptionKeys(c.EncryptionKeys); err != nil {
 		return err
 	}

@@ -62,6 +62,7 @@ func (a *App) Control(ctx context.Context, org, id string, expected uint64, cmd 
 		if err != nil {
 			return 0, errs.Unavailable("appending to rollout %s: %v", id, err)
 		}
+		a.Metrics.rolloutEvents(state, evs)
 		a.Log.InfoContext(ctx, "rollout "+cmd.CommandType(), "org", org, "rollout", id, "actor", events.Actor(ctx))
 		return events.Version(envs), nil
 	}

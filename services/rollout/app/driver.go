@@ -254,6 +254,7 @@ func (d *driver) appendBatch(ctx context.Context, cmds []rollout.Command, pubs [
 		}
 		for i := range envs {
 			d.own[envs[i].ID] = true
+			d.a.Metrics.rolloutEvent(&d.state, payloads[i])
 			d.apply(payloads[i])
 			d.version = envs[i].Sequence
 		}

@@ -230,11 +230,17 @@ func (a *App) DriveOperation(ctx context.Context, org, id string) error {
 		cancel()
 		switch {
 		case err == nil:
+			stepAt := st.StepAt
 			if err := appendEvs(machineop.StepSucceeded{Step: step, Message: msg, At: a.now()}); err != nil {
 				_ = load()
+			} else if step == machineop.StepDrain {
+				a.Metrics.operationDrain("succeeded", stepAt, a.now())
 			}
 		case permanent(err):
 			f := machineop.Failed{Step: step, Reason: err.Error(), At: a.now()}
+			if step == machineop.StepDrain {
+				a.Metrics.operationDrain("failed", st.StepAt, f.At)
+			}
 			if rerr := a.reportOperationFailure(ctx, org, st, f.Reason); rerr != nil {
 				a.Log.Warn("reporting a failed operation", "operation", id, "err", rerr)
 			}

@@ -121,6 +121,18 @@ func (m *Rollouts) Active() []app.Snapshot {
 	return out
 }
 
+// CountByStatus counts the rollouts by status (app.RolloutCounter, for
+// the anvil_rollouts gauge).
+func (m *Rollouts) CountByStatus() map[rollout.Status]int {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	out := map[rollout.Status]int{}
+	for _, e := range m.order {
+		out[e.view.Status]++
+	}
+	return out
+}
+
 // WaitFor implements app.Rollouts.
 func (m *Rollouts) WaitFor(ctx context.Context, seq uint64) error {
 	if m.Waiter == nil {

@@ -2,8 +2,11 @@ package service_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
+	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -11,31 +14,52 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/anvil-fleet/anvil/libs/events"
+	"github.com/anvil-fleet/anvil/libs/events/eventstest"
+	"github.com/anvil-fleet/anvil/libs/kubeharness"
+	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
 	"github.com/anvil-fleet/anvil/services/rollout/domain/rollout"
 	"github.com/anvil-fleet/anvil/sim"
 )
 
-// BenchmarkRollout1000 rolls out 1,000 simulated machines whose reboot
-// takes no time, with maxUnavailable 10%, against the real kube-apiserver
-// and the real services. It reports the rollout's wall time and the
-// orchestration overhead per machine, and, as a baseline measured in the
-// same run, the time the bare external work takes with the same
-// parallelism: per machine a cordon and an uncordon patch on the real API
-// server and one raw JetStream publish per event the rollout appends.
+// BenchmarkRollout1000 rolls out 1,000 simulated machines (ANVIL_BENCH_SCALE
+// sets the size, docs/performance.md) whose reboot takes no time, with
+// maxUnavailable 10%, against the real kube-apiserver and the real
+// services. Before it starts, every machine is ready at the first revision,
+// online, and has a Ready Node, so every machine must go through cordon and
+// drain; it fails if one with a Node skipped them. It reports the rollout's
+// wall time (total_s) and, as the floor measured in the same run, the time
+// the bare external work takes with the same parallelism (floor_s): per
+// machine a cordon and an uncordon patch on the real API server and one raw
+// JetStream publish per event the rollout appends; and how many machines
+// took each path (cordoned and drained, provisioned without a node).
 //
 //	go test ./services/rollout/service -run '^$' -bench Rollout1000 -benchtime 1x -timeout 30m
 func BenchmarkRollout1000(b *testing.B) {
-	const n = 1000
-	s := newStack(b)
+	n := eventstest.BenchSize(b, "machines", 1000, 5)
+	// The agents heartbeat every heartbeat ±20%; the registry marks a
+	// machine offline after offline of silence: well apart, so that no
+	// machine is offline at the rollout's sanity check however loaded the
+	// machine running the benchmark is.
+	const heartbeat, offline = 10 * time.Second, time.Minute
+	s := newStackWith(b, stackOptions{offlineAfter: offline})
 	org, pool := "bench", "bench"
 	tok := s.org(org)
 	s.cluster(org, "c1")
+	// The fleet's own Kubernetes client, with a limit for 1,000 kubelets:
+	// the harness's shared one (200 requests/s) would bound the rollout by
+	// the simulator's Node updates, not by the rollout's own calls.
+	rc := s.cp.RESTConfig()
+	rc.QPS, rc.Burst = 2000, 4000
+	kube, err := kubernetes.NewForConfig(rc)
+	must(b, err)
 	fleet := s.fleetFor(tok, func(c *sim.Config) {
+		c.Kube = kube
 		c.MaxWait = 2 * time.Second
 		c.AgentIntervals = sim.TestIntervals()
-		c.AgentIntervals.Heartbeat = 10 * time.Second
+		c.AgentIntervals.Heartbeat = heartbeat
 		c.AgentIntervals.Report = time.Minute
 		c.AgentIntervals.PollWait = 20 * time.Second
 	})
@@ -46,25 +70,155 @@ func BenchmarkRollout1000(b *testing.B) {
 	b.Logf("setup: %d machines booted and provisioned in %s", n, time.Since(setup).Round(time.Second))
 
 	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		nodes := s.allJoined(org, pool, n, uint64(i+1))
+		b.StartTimer()
 		start := time.Now()
 		rev := s.apply(org, pool, poolSpec(fmt.Sprint(i+2), strat))
 		stop := s.progress(org, pool, uint64(rev))
 		r := s.waitRollout(org, pool, uint64(rev), 8*time.Minute, rollout.StatusSucceeded)
 		total := time.Since(start)
 		stop()
+		b.StopTimer()
 		if r.Progress.Done != n {
 			b.Fatalf("progress %+v", r.Progress)
 		}
-		appended := r.Version // an upper bound of the events appended; counted exactly below
+		paths := s.rolloutPaths(org, r.ID)
+		if paths.done != n || paths.cordonedDrained+paths.noNode+paths.skipped != n {
+			b.Fatalf("rollout %s: %d machines done of %d; %+v", r.ID, paths.done, n, paths)
+		}
+		var skipped []string
+		for _, host := range paths.skippedHosts {
+			if nodes[host] {
+				skipped = append(skipped, host)
+			}
+		}
+		if len(skipped) > 0 || paths.noNode > 0 {
+			b.Fatalf("rollout %s: %d machines went through as \"no node\" and %d skipped cordon or drain although their Node existed: %s",
+				r.ID, paths.noNode, len(skipped), strings.Join(skipped[:min(len(skipped), 10)], ", "))
+		}
 		events := s.countEvents(org, r.ID)
-		base := s.baseline(b, pool, n, events/n)
-		b.ReportMetric(total.Seconds(), "s/rollout")
-		b.ReportMetric(float64(total.Milliseconds())/n, "ms/machine")
-		b.ReportMetric(base.Seconds(), "baseline-s")
-		b.ReportMetric(total.Seconds()/base.Seconds(), "x-baseline")
-		b.Logf("rollout of %d machines: %s (%.1f ms per machine, %d events, version %d); baseline of the bare work: %s",
-			n, total.Round(time.Millisecond), float64(total.Milliseconds())/n, events, appended, base.Round(time.Millisecond))
+		floor := s.baseline(b, pool, n, events/n)
+		b.ReportMetric(total.Seconds(), "total_s")
+		b.ReportMetric(floor.Seconds(), "floor_s")
+		b.ReportMetric(total.Seconds()/floor.Seconds(), "x_floor")
+		b.ReportMetric(float64(total.Milliseconds())/float64(n), "ms/machine")
+		b.ReportMetric(float64(paths.cordonedDrained), "cordoned_drained")
+		b.ReportMetric(float64(paths.noNode), "no_node")
+		b.Logf("rollout %s of %d machines (revision %d, maxUnavailable 10%%, instant reboots): %s, %.1f ms per machine, %d events (version %d); "+
+			"floor (the bare Kubernetes patches and raw appends, same parallelism): %s, %.1fx; "+
+			"paths: %d cordoned and drained, %d provisioned without a node, %d skipped cordon or drain; %d of %d with a Node before it began",
+			r.ID, n, rev, total.Round(time.Millisecond), float64(total.Milliseconds())/float64(n), events, r.Version,
+			floor.Round(time.Millisecond), total.Seconds()/floor.Seconds(),
+			paths.cordonedDrained, paths.noNode, paths.skipped, len(nodes), n)
+		b.StartTimer()
 	}
+}
+
+// allJoined waits until every one of the n machines of pool is ready at
+// revision in the registry and online, and has a Ready Node (the simulated
+// kubelet joined), so that a rollout goes through cordon and drain for
+// each; it returns the pool's Nodes.
+func (s *stack) allJoined(org, pool string, n int, revision uint64) map[string]bool {
+	s.t.Helper()
+	s.eventually(fmt.Sprintf("%d machines of %s ready at revision %d, online", n, pool, revision), 2*time.Minute, func() (bool, string) {
+		ms := s.registryMachines(org, pool)
+		if len(ms) != n {
+			return false, fmt.Sprintf("%d machines in the registry", len(ms))
+		}
+		for host, m := range ms {
+			if m.Status != machine.StatusReady || m.CurrentRevision != revision || m.Connectivity != machine.Online {
+				return false, fmt.Sprintf("%s: %s at revision %d, %s", host, m.Status, m.CurrentRevision, m.Connectivity)
+			}
+		}
+		return true, ""
+	})
+	nodes := map[string]bool{}
+	s.eventually(fmt.Sprintf("%d Nodes of %s Ready", n, pool), 2*time.Minute, func() (bool, string) {
+		list, err := s.cp.Client.CoreV1().Nodes().List(s.ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		clear(nodes)
+		notReady := ""
+		for i := range list.Items {
+			node := &list.Items[i]
+			if !strings.HasPrefix(node.Name, pool+"-") {
+				continue
+			}
+			nodes[node.Name] = true
+			if !kubeharness.NodeIsReady(node) && notReady == "" {
+				notReady = node.Name
+			}
+		}
+		switch {
+		case len(nodes) != n:
+			return false, fmt.Sprintf("%d Nodes", len(nodes))
+		case notReady != "":
+			return false, notReady + " is not Ready"
+		}
+		return true, ""
+	})
+	return nodes
+}
+
+// paths counts, from a rollout's events, how the machines went through it.
+type paths struct {
+	done            int // rollout.machine_done
+	cordonedDrained int // both cordon and drain succeeded
+	noNode          int // started without a node: provisioned, no cordon or drain
+	skipped         int // had a node by the rollout's start, yet missed cordon or drain
+	skippedHosts    []string
+}
+
+// rolloutPaths replays a rollout's events and counts the machines by path.
+func (s *stack) rolloutPaths(org, id string) paths {
+	s.t.Helper()
+	type seen struct {
+		host                    string
+		noNode, cordon, drained bool
+	}
+	ms := map[string]*seen{}
+	var p paths
+	err := s.env.Store.Replay(s.ctx, events.Filter{Org: org, AggregateType: "rollout", AggregateID: id},
+		events.Position{}, events.Position{}, func(env *events.Envelope) error {
+			switch env.Type {
+			case rollout.Started{}.EventType():
+				var e rollout.Started
+				if err := json.Unmarshal(env.Payload, &e); err != nil {
+					return err
+				}
+				for _, m := range e.Machines {
+					ms[m.UUID] = &seen{host: m.Hostname, noNode: m.NoNode}
+				}
+			case rollout.StepSucceeded{}.EventType():
+				var e rollout.StepSucceeded
+				if err := json.Unmarshal(env.Payload, &e); err != nil {
+					return err
+				}
+				if m := ms[e.Machine]; m != nil {
+					m.cordon = m.cordon || e.Step == rollout.StepCordon
+					m.drained = m.drained || e.Step == rollout.StepDrain
+				}
+			case rollout.MachineDone{}.EventType():
+				p.done++
+			}
+			return nil
+		})
+	must(s.t, err)
+	for _, m := range ms {
+		switch {
+		case m.cordon && m.drained:
+			p.cordonedDrained++
+		case m.noNode:
+			p.noNode++
+		default:
+			p.skipped++
+			p.skippedHosts = append(p.skippedHosts, m.host)
+		}
+	}
+	sort.Strings(p.skippedHosts)
+	return p
 }
 
 // countEvents counts the events on a rollout's subject.

@@ -60,6 +60,23 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"give a machine that booted but never came back one more reboot, at most this many machines of a rollout at a time; 0 disables; the default for pools whose rollout.remediation is not set (env ANVIL_ROLLOUT_REMEDIATION_MAX_IN_FLIGHT)")
 }
 
+// Validate checks the parsed settings; errors name the flag and variable.
+func (c *Config) Validate() error {
+	var errs []error
+	for _, d := range []struct {
+		flag, env string
+		v         time.Duration
+	}{{"lease-ttl", "ANVIL_ROLLOUT_LEASE_TTL", c.LeaseTTL}, {"poll", "ANVIL_ROLLOUT_POLL", c.Poll}, {"replan", "ANVIL_ROLLOUT_REPLAN", c.Replan}} {
+		if d.v <= 0 {
+			errs = append(errs, fmt.Errorf("--%s (env %s) = %s: must be positive", d.flag, d.env, d.v))
+		}
+	}
+	if c.RemediationMaxInFlight < 0 {
+		errs = append(errs, fmt.Errorf("--remediation-max-in-flight (env ANVIL_ROLLOUT_REMEDIATION_MAX_IN_FLIGHT) = %d: must not be negative (0 disables)", c.RemediationMaxInFlight))
+	}
+	return errors.Join(c.Config.Validate(), errors.Join(errs...))
+}
+
 func (c Config) withDefaults() (Config, error) {
 	if c.Service == "" {
 		c.Service = Name
@@ -143,6 +160,7 @@ func Start(ctx context.Context, cfg Config, o svc.Options, h Hooks) error {
 		clusters = adapters.NewClusters(bg, revisions, log)
 	}
 	model := readmodel.NewRollouts()
+	defer app.TrackRollouts(model)() // anvil_rollouts, read at scrape time
 	ops := readmodel.NewOperations()
 	a := &app.App{
 		Operations: ops,

@@ -72,8 +72,28 @@ type stack struct {
 	rolloutCfg service.Config
 }
 
+// offlineAfter is the registry's heartbeat silence after which a machine
+// is offline, in every stack: the simulated agents must heartbeat well
+// within it (TestIntervals: 500 ms), or the rollout's machines_healthy
+// check finds them offline.
+const offlineAfter = 10 * time.Second
+
+// stackOptions change a stack from newStackWith's defaults.
+type stackOptions struct {
+	// offlineAfter: the registry's; 0 is offlineAfter.
+	offlineAfter time.Duration
+}
+
 func newStack(t testing.TB) *stack {
 	t.Helper()
+	return newStackWith(t, stackOptions{})
+}
+
+func newStackWith(t testing.TB, o stackOptions) *stack {
+	t.Helper()
+	if o.offlineAfter == 0 {
+		o.offlineAfter = offlineAfter
+	}
 	if testing.Short() {
 		t.Skip("starts a control plane and the whole stack")
 	}
@@ -87,7 +107,7 @@ func newStack(t testing.TB) *stack {
 
 	ready := make(chan *regservice.Service, 1)
 	s.run("registry", func(ctx context.Context) error {
-		return regservice.Start(ctx, regservice.Config{Config: svc.Config{Service: "registry", StreamReplicas: 1}, OfflineAfter: 10 * time.Second},
+		return regservice.Start(ctx, regservice.Config{Config: svc.Config{Service: "registry", StreamReplicas: 1}, OfflineAfter: o.offlineAfter},
 			svc.Options{Conn: s.conn(), Logger: s.logger("registry")}, ready)
 	}, func() { s.regs = <-ready })
 
@@ -486,19 +506,25 @@ func (s *stack) mislabelled(prefix, key, value string) []string {
 	return out
 }
 
-// registryRevisions maps each machine's hostname to its registry status and
-// current revision.
+// registryMachines maps each machine's hostname to its registry status and
+// current revision (every page).
 func (s *stack) registryMachines(org, pool string) map[string]regapi.Machine {
 	s.t.Helper()
-	page, err := s.reg.ListMachines(s.ctx, regapi.MachineList{Org: org, Pool: pool, Limit: 500})
-	if err != nil {
-		s.t.Fatal(err)
-	}
 	out := map[string]regapi.Machine{}
-	for _, m := range page.Items {
-		out[m.Hostname] = m
+	cursor := ""
+	for {
+		page, err := s.reg.ListMachines(s.ctx, regapi.MachineList{Org: org, Pool: pool, Limit: 500, Cursor: cursor})
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		for _, m := range page.Items {
+			out[m.Hostname] = m
+		}
+		if page.Next == "" {
+			return out
+		}
+		cursor = page.Next
 	}
-	return out
 }
 
 // setMinAvailable changes a PodDisruptionBudget and waits until the

@@ -11,5 +11,5 @@ import (
 
 func main() {
 	var cfg service.Config
-	svc.Main("anvil-gateway", cfg.RegisterFlags, func(ctx context.Context) error { return service.Run(ctx, cfg, svc.Options{}) })
+	svc.Main("anvil-gateway", &cfg, func(ctx context.Context) error { return service.Run(ctx, cfg, svc.Options{}) })
 }

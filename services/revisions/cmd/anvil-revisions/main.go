@@ -14,5 +14,5 @@ import (
 
 func main() {
 	var cfg service.Config
-	svc.Main("anvil-revisions", cfg.RegisterFlags, func(ctx context.Context) error { return service.Run(ctx, cfg, svc.Options{}) })
+	svc.Main("anvil-revisions", &cfg, func(ctx context.Context) error { return service.Run(ctx, cfg, svc.Options{}) })
 }

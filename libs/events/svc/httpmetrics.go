@@ -1,0 +1,116 @@
+package svc
+
+import (
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+// HTTPBuckets are the request duration buckets, in seconds: from a cached
+// answer to a long poll (the agent's 30 s, an operation log's wait).
+var HTTPBuckets = []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
+
+var httpDuration = promauto.NewHistogramVec(prometheus.HistogramOpts{
+	Name:    "anvil_http_request_duration_seconds",
+	Help:    "HTTP requests served on a public listener, by service, route pattern (never the raw path), method and status code.",
+	Buckets: HTTPBuckets,
+}, []string{"service", "route", "method", "code"})
+
+// HTTPMetrics observes every request next serves in
+// anvil_http_request_duration_seconds. next must be (or end in, with
+// nothing between that copies the request) the http.ServeMux that routes
+// it: the route label is the pattern the mux matched (r.Pattern, without
+// its method), "unmatched" when none did, so a label never holds a path
+// with an organization, a UUID or a token in it.
+func HTTPMetrics(service string, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		mw := &metricsWriter{ResponseWriter: w}
+		defer func() {
+			code := mw.status
+			p := recover()
+			if p != nil {
+				code = http.StatusInternalServerError
+			}
+			if code == 0 {
+				code = http.StatusOK
+			}
+			httpDuration.WithLabelValues(service, RouteLabel(r.Pattern), MethodLabel(r.Method), strconv.Itoa(code)).
+				Observe(time.Since(start).Seconds())
+			if p != nil {
+				panic(p)
+			}
+		}()
+		next.ServeHTTP(mw, r)
+	})
+}
+
+// RouteLabel is a mux pattern as a label: without its method and host,
+// "unmatched" for none (or the catch-all "/", which only answers 404 and
+// 405).
+func RouteLabel(pattern string) string {
+	if i := strings.IndexByte(pattern, ' '); i >= 0 {
+		pattern = strings.TrimLeft(pattern[i+1:], " ")
+	}
+	if i := strings.IndexByte(pattern, '/'); i > 0 {
+		pattern = pattern[i:] // a host-specific pattern
+	}
+	if pattern == "" || pattern == "/" {
+		return "unmatched"
+	}
+	return pattern
+}
+
+// MethodLabel keeps the standard methods and folds anything else into
+// "other", so that a client cannot make up label values.
+func MethodLabel(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodOptions, http.MethodConnect, http.MethodTrace:
+		return m
+	}
+	return "other"
+}
+
+// metricsWriter records the status of an answer. It keeps what the
+// writer underneath can do: flushes and deadlines through
+// http.ResponseController (Unwrap), and sendfile (ReadFrom).
+type metricsWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *metricsWriter) WriteHeader(status int) {
+	if w.status == 0 && status >= 200 { // 1xx are interim answers
+		w.status = status
+	}
+	w.ResponseWriter.WriteHeader(status)
+}
+
+func (w *metricsWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *metricsWriter) ReadFrom(r io.Reader) (int64, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	if rf, ok := w.ResponseWriter.(io.ReaderFrom); ok {
+		return rf.ReadFrom(r)
+	}
+	return io.Copy(w.ResponseWriter, r)
+}
+
+// Flush lets a handler that asserts http.Flusher stream through it.
+func (w *metricsWriter) Flush() { _ = http.NewResponseController(w.ResponseWriter).Flush() }
+
+// Unwrap lets http.ResponseController reach the connection.
+func (w *metricsWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
