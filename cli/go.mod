@@ -114,9 +114,7 @@ require (
 	gopkg.in/inf.v0 v0.9.1 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect
 	k8s.io/api v0.37.1 // indirect
-	k8s.io/apimachinery v0.37.2 // indirect
 	k8s.io/cli-runtime v0.37.1 // indirect
-	k8s.io/client-go v0.37.1 // indirect
 	k8s.io/component-base v0.37.1 // indirect
 	k8s.io/klog/v2 v2.140.0 // indirect
 	k8s.io/kube-openapi v0.0.0-20260721132016-d427ff9ee9ad // indirect
@@ -130,6 +128,7 @@ require (
 )
 
 require (
+	github.com/anvil-fleet/anvil/client v0.0.0
 	github.com/anvil-fleet/anvil/devstack v0.0.0
 	github.com/anvil-fleet/anvil/libs/events v0.0.0
 	github.com/anvil-fleet/anvil/libs/kubeharness v0.0.0-00010101000000-000000000000
@@ -140,10 +139,14 @@ require (
 	github.com/anvil-fleet/anvil/services/rollout v0.0.0
 	github.com/anvil-fleet/anvil/sim v0.0.0
 	github.com/nats-io/nats.go v1.55.0
+	github.com/pmezard/go-difflib v1.0.1-0.20181226105442-5d4384ee4fb2
+	k8s.io/apimachinery v0.37.2
+	k8s.io/client-go v0.37.1
 )
 
 replace (
 	github.com/anvil-fleet/anvil/agent => ../agent
+	github.com/anvil-fleet/anvil/client => ../client
 	github.com/anvil-fleet/anvil/devstack => ../devstack
 	github.com/anvil-fleet/anvil/libs/events => ../libs/events
 	github.com/anvil-fleet/anvil/libs/kubeharness => ../libs/kubeharness

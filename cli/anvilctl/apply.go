@@ -5,135 +5,429 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
+	"net/http"
 	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
+	"sort"
 	"strings"
+	"time"
+	"unicode"
 
 	"github.com/spf13/cobra"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
+
+	"github.com/anvil-fleet/anvil/client"
 )
 
-// manifest is one YAML document of an apply file.
+// manifest is one object of an apply file.
 type manifest struct {
-	Kind   string
-	Name   string // name, or the machine's UUID
+	Kind string
+	Name string // name, or the machine's UUID
+	// Fields are the manifest as written (without kind and apiVersion):
+	// which fields it sets, for diff and for the changes apply makes.
 	Fields map[string]any
-	Source string // file and document number, for messages
+	// Request is the manifest read into the client's request type:
+	// *client.PoolCreate, *client.ClusterCreate or
+	// *client.MachinePreregister.
+	Request any
+	Source  string // file and document number, for messages
 }
 
-// splitDocuments splits a YAML stream at lines that are exactly "---".
-func splitDocuments(data []byte) [][]byte {
+// documents splits a manifest file into its documents, as JSON: a YAML
+// stream (documents separated by ---, comments allowed after it) read with
+// apimachinery's YAML reader, or a stream of JSON values. An empty
+// document (nothing, or only comments) comes back as nil; its place is
+// kept so that the numbers in messages match the file.
+func documents(data []byte) ([][]byte, error) {
+	_, _, isJSON := utilyaml.GuessJSONStream(bytes.NewReader(data), 4096)
 	var docs [][]byte
-	var cur bytes.Buffer
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(make([]byte, 1<<20), 16<<20)
-	flush := func() {
-		if strings.TrimSpace(cur.String()) != "" {
-			docs = append(docs, slices.Clone(cur.Bytes()))
+	if isJSON {
+		dec := json.NewDecoder(bytes.NewReader(data))
+		dec.UseNumber()
+		for {
+			var raw json.RawMessage
+			err := dec.Decode(&raw)
+			if errors.Is(err, io.EOF) {
+				return docs, nil
+			}
+			if err != nil {
+				return docs, fmt.Errorf("document %d: %w", len(docs)+1, err)
+			}
+			docs = append(docs, raw)
 		}
-		cur.Reset()
 	}
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.TrimRight(line, " \t") == "---" {
-			flush()
-			continue
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return docs, nil
 		}
-		cur.WriteString(line + "\n")
+		if err != nil {
+			return docs, fmt.Errorf("document %d: %w", len(docs)+1, err)
+		}
+		js, err := yaml.YAMLToJSONStrict(doc)
+		if err != nil {
+			return docs, fmt.Errorf("document %d: %w", len(docs)+1, err)
+		}
+		if t := bytes.TrimSpace(js); len(t) == 0 || string(t) == "null" {
+			js = nil
+		}
+		docs = append(docs, js)
 	}
-	flush()
-	return docs
 }
 
 // parseManifests reads pool, cluster and machine manifests: YAML (or JSON)
-// documents, each with a kind field.
+// documents, each with a kind field, or a kind: List of them.
 func parseManifests(name string, data []byte) ([]manifest, error) {
+	docs, err := documents(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
 	var out []manifest
-	for i, doc := range splitDocuments(data) {
+	for i, doc := range docs {
+		if doc == nil {
+			continue // an empty document
+		}
 		src := fmt.Sprintf("%s (document %d)", name, i+1)
-		js, err := yaml.YAMLToJSON(doc)
-		if err != nil {
+		var v any
+		if err := decode(doc, &v); err != nil {
 			return nil, fmt.Errorf("%s: %w", src, err)
 		}
-		var fields map[string]any
-		if err := decode(js, &fields); err != nil || fields == nil {
+		fields, ok := v.(map[string]any)
+		if !ok {
 			return nil, fmt.Errorf("%s: must be a mapping with a kind field", src)
 		}
-		kind, _ := fields["kind"].(string)
-		delete(fields, "kind")
-		delete(fields, "apiVersion")
-		m := manifest{Kind: strings.ToLower(kind), Fields: fields, Source: src}
-		switch m.Kind {
-		case "pool", "machinepool", "cluster":
-			if m.Kind == "machinepool" {
-				m.Kind = "pool"
+		if k, _ := fields["kind"].(string); strings.EqualFold(k, "List") {
+			items, ok := fields["items"].([]any)
+			if !ok {
+				return nil, fmt.Errorf("%s: a List needs items", src)
 			}
-			m.Name, _ = fields["name"].(string)
-			if m.Name == "" {
-				return nil, fmt.Errorf("%s: a %s needs a name", src, m.Kind)
+			for j, it := range items {
+				f, ok := it.(map[string]any)
+				if !ok {
+					return nil, fmt.Errorf("%s, item %d: must be a mapping with a kind field", src, j+1)
+				}
+				m, err := toManifest(fmt.Sprintf("%s, item %d", src, j+1), f)
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, m)
 			}
-		case "machine":
-			m.Name, _ = fields["uuid"].(string)
-			if m.Name == "" {
-				return nil, fmt.Errorf("%s: a machine needs its uuid", src)
-			}
-			m.Name = strings.ToLower(m.Name)
-			fields["uuid"] = m.Name
-		case "":
-			return nil, fmt.Errorf("%s: no kind (Pool, Cluster or Machine)", src)
-		default:
-			return nil, fmt.Errorf("%s: kind %q cannot be applied: Pool, Cluster or Machine", src, kind)
+			continue
+		}
+		m, err := toManifest(src, fields)
+		if err != nil {
+			return nil, err
 		}
 		out = append(out, m)
 	}
 	return out, nil
 }
 
+func toManifest(src string, fields map[string]any) (manifest, error) {
+	kind, _ := fields["kind"].(string)
+	delete(fields, "kind")
+	delete(fields, "apiVersion")
+	m := manifest{Kind: strings.ToLower(kind), Fields: fields, Source: src}
+	switch m.Kind {
+	case "pool", "machinepool", "cluster":
+		if m.Kind == "machinepool" {
+			m.Kind = "pool"
+		}
+		m.Name, _ = fields["name"].(string)
+		if m.Name == "" {
+			return m, fmt.Errorf("%s: a %s needs a name", src, m.Kind)
+		}
+	case "machine":
+		m.Name, _ = fields["uuid"].(string)
+		if m.Name == "" {
+			return m, fmt.Errorf("%s: a machine needs its uuid", src)
+		}
+		m.Name = strings.ToLower(m.Name)
+		fields["uuid"] = m.Name
+	case "":
+		return m, fmt.Errorf("%s: no kind (Pool, Cluster or Machine)", src)
+	default:
+		return m, fmt.Errorf("%s: kind %q cannot be applied: Pool, Cluster or Machine", src, kind)
+	}
+	switch m.Kind {
+	case "pool":
+		m.Request = &client.PoolCreate{}
+	case "cluster":
+		m.Request = &client.ClusterCreate{}
+	default:
+		m.Request = &client.MachinePreregister{}
+	}
+	if err := decodeStrict(fields, m.Request, kindTitle(m.Kind)); err != nil {
+		return m, fmt.Errorf("%s: %w", src, err)
+	}
+	return m, nil
+}
+
+// decodeStrict reads a manifest's fields into the client's request type as
+// strictly as the API reads a body: a field the type does not have is an
+// error naming it (a Machine's with the fields it has), and so is a value
+// of the wrong type.
+func decodeStrict(fields map[string]any, v any, kind string) error {
+	t := reflect.TypeOf(v).Elem()
+	if path := unknownField(fields, t, ""); path != "" {
+		if strings.ContainsAny(path, ".[") {
+			return fmt.Errorf("unknown field %q", path)
+		}
+		return fmt.Errorf("unknown field %q: a %s has %s", path, kind, strings.Join(jsonFieldNames(t), ", "))
+	}
+	b, err := json.Marshal(fields)
+	if err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			// the path without the Go names of embedded structs
+			var path []string
+			for _, p := range strings.Split(te.Field, ".") {
+				if p != "" && !unicode.IsUpper(rune(p[0])) {
+					path = append(path, p)
+				}
+			}
+			return fmt.Errorf("%s: must be %s, not %s", strings.Join(path, "."), te.Type, te.Value)
+		}
+		return err
+	}
+	return nil
+}
+
+// unknownField is the path of the first field of v (decoded JSON) that
+// type t does not have, or "".
+func unknownField(v any, t reflect.Type, path string) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	join := func(k string) string {
+		if path == "" {
+			return k
+		}
+		return path + "." + k
+	}
+	switch x := v.(type) {
+	case map[string]any:
+		keys := slices.Sorted(maps.Keys(x))
+		switch {
+		case t.Kind() == reflect.Struct && t != reflect.TypeFor[time.Time]():
+			fields := jsonFields(t)
+			for _, k := range keys {
+				ft, ok := fields[k]
+				if !ok {
+					return join(k)
+				}
+				if p := unknownField(x[k], ft, join(k)); p != "" {
+					return p
+				}
+			}
+		case t.Kind() == reflect.Map:
+			for _, k := range keys {
+				if p := unknownField(x[k], t.Elem(), join(k)); p != "" {
+					return p
+				}
+			}
+		}
+	case []any:
+		if t.Kind() == reflect.Slice {
+			for i, e := range x {
+				if p := unknownField(e, t.Elem(), fmt.Sprintf("%s[%d]", path, i)); p != "" {
+					return p
+				}
+			}
+		}
+	}
+	return ""
+}
+
+// jsonFields are a struct's JSON fields, its embedded structs' included,
+// as encoding/json reads them.
+func jsonFields(t reflect.Type) map[string]reflect.Type {
+	out := map[string]reflect.Type{}
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		switch {
+		case name == "-" || !f.IsExported() && !f.Anonymous:
+		case f.Anonymous && name == "" && f.Type.Kind() == reflect.Struct:
+			maps.Copy(out, jsonFields(f.Type))
+		case name == "":
+			out[f.Name] = f.Type
+		default:
+			out[name] = f.Type
+		}
+	}
+	return out
+}
+
+// jsonFieldNames are a struct's JSON field names in the order it declares
+// them.
+func jsonFieldNames(t reflect.Type) []string {
+	var out []string
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		switch {
+		case name == "-" || !f.IsExported() && !f.Anonymous:
+		case f.Anonymous && name == "" && f.Type.Kind() == reflect.Struct:
+			out = append(out, jsonFieldNames(f.Type)...)
+		case name == "":
+			out = append(out, f.Name)
+		default:
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// manifestFiles expands -f: a file as it is, a directory's .yaml, .yml and
+// .json files (with -R, its subdirectories' too), in name order; "-" is
+// standard input.
+func manifestFiles(names []string, recursive bool) ([]string, error) {
+	var out []string
+	for _, n := range names {
+		if n == "-" {
+			out = append(out, n)
+			continue
+		}
+		fi, err := os.Stat(n)
+		if err != nil {
+			return nil, err
+		}
+		if !fi.IsDir() {
+			out = append(out, n)
+			continue
+		}
+		var found []string
+		err = filepath.WalkDir(n, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if d.IsDir() {
+				if p != n && !recursive {
+					return filepath.SkipDir
+				}
+				return nil
+			}
+			switch strings.ToLower(filepath.Ext(p)) {
+			case ".yaml", ".yml", ".json":
+				found = append(found, p)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		if len(found) == 0 {
+			return nil, fmt.Errorf("%s: no .yaml, .yml or .json file%s", n, map[bool]string{false: " (-R reads its subdirectories too)", true: ""}[recursive])
+		}
+		sort.Strings(found)
+		out = append(out, found...)
+	}
+	return out, nil
+}
+
+// readManifests reads every manifest -f names.
+func (a *app) readManifests(files []string, recursive bool) ([]manifest, error) {
+	if len(files) == 0 {
+		return nil, usageErr(fmt.Errorf("name a file with -f (or -f - for standard input)"))
+	}
+	names, err := manifestFiles(files, recursive)
+	if err != nil {
+		return nil, err
+	}
+	var all []manifest
+	for _, f := range names {
+		var data []byte
+		if f == "-" {
+			data, err = io.ReadAll(a.env.Stdin)
+		} else {
+			data, err = os.ReadFile(f)
+		}
+		if err != nil {
+			return nil, err
+		}
+		ms, err := parseManifests(f, data)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, ms...)
+	}
+	return all, nil
+}
+
 type applyOptions struct {
 	Files         []string
+	Recursive     bool
 	Apply         bool
 	Watch         bool
 	RotateSecrets bool
+	DryRun        string
 }
+
+// Dry-run modes.
+const (
+	dryRunNone   = "none"
+	dryRunClient = "client"
+	dryRunServer = "server"
+)
 
 func (a *app) applyCmd() *cobra.Command {
 	o := &applyOptions{}
 	cmd := &cobra.Command{
-		Use:   "apply -f <file.yaml>",
+		Use:   "apply -f <file.yaml|dir> [-R]",
 		Short: "Create or update pools, clusters and machines from manifests (kind: Pool, Cluster or Machine)",
 		Long: "apply creates each object that does not exist and changes the ones that do, in file order\n" +
 			"(put clusters before their pools). A pool change that needs a reboot makes a new revision;\n" +
-			"with --apply it is also rolled out (Save & Apply). Use -f - for standard input.",
+			"with --apply it is also rolled out (Save & Apply). Use -f - for standard input, -f dir/ for a\n" +
+			"directory's .yaml, .yml and .json files (-R: and its subdirectories').\n\n" +
+			"--dry-run=client and --dry-run=server read the objects from the server and say what apply would\n" +
+			"do, writing nothing. The API has no dry run of its own, so both compare on the client: what the\n" +
+			"server alone would refuse (a bad value, a missing cluster) is not found.",
 		Example: `  anvilctl apply -f fleet.yaml
-  anvilctl apply -f pool.yaml --apply`,
+  anvilctl apply -f pool.yaml --apply --watch
+  anvilctl apply -R -f manifests/
+  anvilctl apply -f fleet.yaml --dry-run=server`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if len(o.Files) == 0 {
-				return fmt.Errorf("name a file with -f (or -f - for standard input)")
+			switch o.DryRun {
+			case dryRunNone, dryRunClient, dryRunServer:
+			default:
+				return usageErr(fmt.Errorf("--dry-run %q: must be none, client or server", o.DryRun))
 			}
-			var all []manifest
-			for _, f := range o.Files {
-				var data []byte
-				var err error
-				if f == "-" {
-					data, err = io.ReadAll(a.env.Stdin)
-				} else {
-					data, err = os.ReadFile(f)
-				}
-				if err != nil {
-					return err
-				}
-				ms, err := parseManifests(f, data)
-				if err != nil {
-					return err
-				}
-				all = append(all, ms...)
+			if o.Watch && !o.Apply {
+				return usageErr(fmt.Errorf("--watch follows the rollouts --apply starts: pass --apply too"))
+			}
+			all, err := a.readManifests(o.Files, o.Recursive)
+			if err != nil {
+				return err
+			}
+			p, err := a.printerFor(cmd, nil)
+			if err != nil {
+				return err
+			}
+			if o.Watch && !p.human() {
+				return usageErr(fmt.Errorf("--watch writes for people: leave out -o"))
+			}
+			w := cmd.OutOrStdout()
+			if o.DryRun != dryRunNone {
+				return a.dryRun(cmd.Context(), w, p, all, o)
 			}
 			var started []string // the rollouts the applies started, to --watch
+			var groups []group
 			for _, m := range all {
 				msg, obj, err := a.applyOne(cmd.Context(), m, o)
 				if err != nil {
@@ -142,18 +436,28 @@ func (a *app) applyCmd() *cobra.Command {
 				if id := str(obj["rollout"]); id != "" {
 					started = append(started, id)
 				}
-				if a.output != FormatTable {
-					if err := printValue(cmd.OutOrStdout(), a.output, obj); err != nil {
-						return err
+				switch {
+				case p.human():
+					fmt.Fprintf(w, "%s/%s %s\n", m.Kind, m.Name, msg)
+				case p.format == FormatName:
+					fmt.Fprintf(w, "%s/%s\n", m.Kind, m.Name)
+				default:
+					if obj == nil {
+						obj = map[string]any{}
 					}
-					continue
+					r, _ := lookupResource(m.Kind)
+					groups = append(groups, group{r: r, items: []map[string]any{obj}})
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "%s/%s %s\n", m.Kind, m.Name, msg)
+			}
+			if len(groups) > 0 {
+				if err := p.print(w, groups, len(all) == 1); err != nil {
+					return err
+				}
 			}
 			if o.Watch {
 				// One after another: each ends before the next is shown.
 				for _, id := range started {
-					if err := a.watchStarted(cmd.Context(), id, cmd.OutOrStdout()); err != nil {
+					if err := a.watchStarted(cmd.Context(), id, w); err != nil {
 						return err
 					}
 				}
@@ -161,55 +465,71 @@ func (a *app) applyCmd() *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringSliceVarP(&o.Files, "filename", "f", nil, "manifest file(s), YAML or JSON, several documents separated by ---")
-	cmd.Flags().BoolVar(&o.Apply, "apply", false, "pools: also roll the saved revision out (Save & Apply)")
-	cmd.Flags().BoolVarP(&o.Watch, "watch", "w", false, "with --apply: follow the rollouts started live until they end (as rollout status --watch)")
-	cmd.Flags().BoolVar(&o.RotateSecrets, "rotate-secrets", false, "clusters that exist: also replace the kubeconfig and bootstrap token given (they are sealed and cannot be compared)")
+	f := cmd.Flags()
+	f.StringSliceVarP(&o.Files, "filename", "f", nil, "manifest file(s) or directories, YAML or JSON; repeat or comma-separate; - is standard input")
+	f.BoolVarP(&o.Recursive, "recursive", "R", false, "-f directories: also their subdirectories")
+	f.BoolVar(&o.Apply, "apply", false, "pools: also roll the saved revision out (Save & Apply)")
+	f.BoolVarP(&o.Watch, "watch", "w", false, "with --apply: follow the rollouts started live until they end (as rollout status --watch)")
+	f.BoolVar(&o.RotateSecrets, "rotate-secrets", false, "clusters that exist: also replace the kubeconfig and bootstrap token given (they are sealed and cannot be compared)")
+	f.StringVar(&o.DryRun, "dry-run", dryRunNone, "none, or client or server: say what would change and write nothing (both compare on the client: the API has no dry run)")
+	f.Lookup("dry-run").NoOptDefVal = dryRunClient
 	return cmd
 }
 
-func (a *app) applyOne(ctx context.Context, m manifest, o *applyOptions) (string, map[string]any, error) {
-	switch m.Kind {
-	case "pool":
-		return a.applyPool(ctx, m, o)
-	case "cluster":
-		return a.applyCluster(ctx, m, o)
-	default:
-		return a.applyMachine(ctx, m)
-	}
-}
-
-func (a *app) send(ctx context.Context, method, path string, body any, etag string) (map[string]any, error) {
-	var hdr map[string]string
-	if etag != "" {
-		hdr = map[string]string{"If-Match": etag}
-	}
-	res, err := a.c.do(ctx, method, path, nil, body, hdr)
-	if err != nil {
-		return nil, err
-	}
-	var v map[string]any
-	if len(bytes.TrimSpace(res.Body)) > 0 {
-		if err := decode(res.Body, &v); err != nil {
-			return nil, err
+// dryRun says what apply would do, writing nothing.
+func (a *app) dryRun(ctx context.Context, w io.Writer, p *printer, all []manifest, o *applyOptions) error {
+	var groups []group
+	for _, m := range all {
+		pl, err := a.plan(ctx, m, o)
+		if err != nil {
+			return fmt.Errorf("%s/%s: %w", m.Kind, m.Name, err)
+		}
+		switch {
+		case p.human():
+			fmt.Fprintf(w, "%s/%s %s\n", m.Kind, m.Name, pl.summary(o))
+		case p.format == FormatName:
+			fmt.Fprintf(w, "%s/%s\n", m.Kind, m.Name)
+		default:
+			obj := maps.Clone(pl.desired)
+			obj["kind"] = kindTitle(m.Kind)
+			r, _ := lookupResource(m.Kind)
+			groups = append(groups, group{r: r, items: []map[string]any{obj}})
 		}
 	}
-	return v, nil
+	if len(groups) == 0 {
+		return nil
+	}
+	return p.print(w, groups, len(all) == 1)
 }
 
-func (a *app) applyPool(ctx context.Context, m manifest, o *applyOptions) (string, map[string]any, error) {
-	one, err := a.c.orgPath("/pools/%s", m.Name)
+func kindTitle(k string) string {
+	if k == "" {
+		return k
+	}
+	return strings.ToUpper(k[:1]) + k[1:]
+}
+
+func (a *app) applyOne(ctx context.Context, m manifest, o *applyOptions) (string, map[string]any, error) {
+	c, err := a.org()
 	if err != nil {
 		return "", nil, err
 	}
-	body := maps.Clone(m.Fields)
-	if o.Apply {
-		body["apply"] = true
+	switch m.Kind {
+	case "pool":
+		return applyPool(ctx, c, m, o)
+	case "cluster":
+		return applyCluster(ctx, c, m, o)
+	default:
+		return applyMachine(ctx, c, m)
 	}
-	_, res, err := a.c.get(ctx, one, nil)
-	if isStatus(err, 404) {
-		list, _ := a.c.orgPath("/pools")
-		out, err := a.send(ctx, "POST", list, body, "")
+}
+
+func applyPool(ctx context.Context, c *client.Client, m manifest, o *applyOptions) (string, map[string]any, error) {
+	req := *m.Request.(*client.PoolCreate)
+	req.Apply = req.Apply || o.Apply
+	cur, err := call(c.GetPool(ctx, m.Name))
+	if isStatus(err, http.StatusNotFound) {
+		out, err := asMap(c.CreatePool(ctx, req))
 		if err != nil {
 			return "", nil, err
 		}
@@ -218,8 +538,9 @@ func (a *app) applyPool(ctx context.Context, m manifest, o *applyOptions) (strin
 	if err != nil {
 		return "", nil, err
 	}
-	delete(body, "cluster") // a pool never moves between clusters
-	out, err := a.send(ctx, "PUT", one, body, res.Header.Get("ETag"))
+	// a pool never moves between clusters: an update names none
+	out, err := asMap(c.UpdatePool(ctx, m.Name, client.PoolUpdate{PoolSpec: req.PoolSpec, Message: req.Message, Apply: req.Apply},
+		client.IfMatch(cur.Version)))
 	if err != nil {
 		return "", nil, err
 	}
@@ -248,54 +569,69 @@ func poolNote(out map[string]any) string {
 	return " (" + strings.Join(notes, ", ") + ")"
 }
 
-func (a *app) applyCluster(ctx context.Context, m manifest, o *applyOptions) (string, map[string]any, error) {
-	one, err := a.c.orgPath("/clusters/%s", m.Name)
-	if err != nil {
-		return "", nil, err
-	}
-	cur, res, err := a.c.get(ctx, one, nil)
-	if isStatus(err, 404) {
-		list, _ := a.c.orgPath("/clusters")
-		out, err := a.send(ctx, "POST", list, m.Fields, "")
+// clusterSecrets are a cluster's sealed fields: never returned, so never
+// compared.
+var clusterSecrets = []string{"kubeconfig", "bootstrap_token"}
+
+// clusterCompared are the cluster fields apply compares and patches.
+var clusterCompared = []string{"api_endpoint", "kubernetes_version", "ca_cert_hash"}
+
+func applyCluster(ctx context.Context, c *client.Client, m manifest, o *applyOptions) (string, map[string]any, error) {
+	req := m.Request.(*client.ClusterCreate)
+	cur, err := call(c.GetCluster(ctx, m.Name))
+	if isStatus(err, http.StatusNotFound) {
+		out, err := asMap(c.CreateCluster(ctx, *req))
 		return "created", out, err
 	}
 	if err != nil {
 		return "", nil, err
 	}
-	etag := res.Header.Get("ETag")
-	patch := map[string]any{}
-	for _, k := range []string{"api_endpoint", "kubernetes_version", "ca_cert_hash"} {
-		if v, ok := m.Fields[k]; ok && str(v) != str(cur[k]) {
-			patch[k] = v
+	out := structToMap(cur)
+	version := cur.Version // the first write is conditional on the object read
+	var patch client.ClusterPatch
+	changed := false
+	for _, k := range clusterCompared {
+		if v, ok := m.Fields[k]; !ok || str(v) == str(out[k]) {
+			continue
+		}
+		changed = true
+		switch k {
+		case "api_endpoint":
+			patch.APIEndpoint = &req.APIEndpoint
+		case "kubernetes_version":
+			patch.KubernetesVersion = &req.KubernetesVersion
+		case "ca_cert_hash":
+			patch.CACertHash = &req.CACertHash
 		}
 	}
 	var done []string
-	out := cur
-	if len(patch) > 0 {
-		if out, err = a.send(ctx, "PATCH", one, patch, etag); err != nil {
+	if changed {
+		ch, err := call(c.UpdateCluster(ctx, m.Name, patch, client.IfMatch(version)))
+		if err != nil {
 			return "", nil, err
 		}
-		if c, ok := out["cluster"].(map[string]any); ok {
-			out = c
-		}
-		etag = ""
+		out, version = structToMap(ch.Cluster), 0
 		done = append(done, "configured")
 	}
 	skipped := []string{}
-	for _, s := range []struct{ field, path string }{{"kubeconfig", "/kubeconfig"}, {"bootstrap_token", "/bootstrap-token"}} {
-		v, ok := m.Fields[s.field]
-		if !ok {
+	for _, s := range clusterSecrets {
+		if _, ok := m.Fields[s]; !ok {
 			continue
 		}
 		if !o.RotateSecrets {
-			skipped = append(skipped, s.field)
+			skipped = append(skipped, s)
 			continue
 		}
-		if out, err = a.send(ctx, "PUT", one+s.path, map[string]any{s.field: v}, etag); err != nil {
+		if s == "kubeconfig" {
+			out, err = asMap(c.RotateClusterKubeconfig(ctx, m.Name, req.Kubeconfig, client.IfMatch(version)))
+		} else {
+			out, err = asMap(c.RotateClusterBootstrapToken(ctx, m.Name, req.BootstrapToken, client.IfMatch(version)))
+		}
+		if err != nil {
 			return "", nil, err
 		}
-		etag = ""
-		done = append(done, s.field+" replaced")
+		version = 0
+		done = append(done, s+" replaced")
 	}
 	msg := "unchanged"
 	if len(done) > 0 {
@@ -307,50 +643,54 @@ func (a *app) applyCluster(ctx context.Context, m manifest, o *applyOptions) (st
 	return msg, out, nil
 }
 
-func (a *app) applyMachine(ctx context.Context, m manifest) (string, map[string]any, error) {
-	one, err := a.c.orgPath("/machines/%s", m.Name)
-	if err != nil {
-		return "", nil, err
-	}
-	cur, res, err := a.c.get(ctx, one, nil)
-	if isStatus(err, 404) {
-		list, _ := a.c.orgPath("/machines")
-		out, err := a.send(ctx, "POST", list, m.Fields, "")
+// machineFields are the fields a machine manifest may have (those of
+// client.MachinePreregister).
+var machineFields = jsonFieldNames(reflect.TypeFor[client.MachinePreregister]())
+
+func applyMachine(ctx context.Context, c *client.Client, m manifest) (string, map[string]any, error) {
+	req := m.Request.(*client.MachinePreregister)
+	cur, err := call(c.GetMachine(ctx, m.Name))
+	if isStatus(err, http.StatusNotFound) {
+		out, err := asMap(c.PreregisterMachine(ctx, *req))
 		return "created (pre-registered)", out, err
 	}
 	if err != nil {
 		return "", nil, err
 	}
-	for k := range m.Fields {
-		switch k {
-		case "uuid", "hostname", "labels", "upgrade_index", "control_plane", "pool":
-		default:
-			return "", nil, fmt.Errorf("%s: field %q cannot be applied to a machine (uuid, hostname, labels, pool, upgrade_index, control_plane)", m.Source, k)
-		}
-	}
-	patch := map[string]any{}
+	out := structToMap(cur)
+	// the fields the manifest sets that differ
+	var patch client.MachinePatch
+	changed := false
 	for _, k := range []string{"hostname", "labels", "upgrade_index", "control_plane"} {
-		v, ok := m.Fields[k]
-		if !ok || sameJSON(v, cur[k]) {
+		if v, ok := m.Fields[k]; !ok || sameJSON(v, out[k]) {
 			continue
 		}
-		patch[k] = v
+		changed = true
+		switch k {
+		case "hostname":
+			patch.Hostname = &req.Hostname
+		case "labels":
+			patch.Labels = &req.Labels
+		case "upgrade_index":
+			patch.UpgradeIndex = &req.UpgradeIndex
+		case "control_plane":
+			patch.ControlPlane = &req.ControlPlane
+		}
 	}
 	var done []string
-	out := cur
-	etag := res.Header.Get("ETag")
-	if len(patch) > 0 {
-		if out, err = a.send(ctx, "PATCH", one, patch, etag); err != nil {
+	version := cur.Version // the first write is conditional on the object read
+	if changed {
+		if out, err = asMap(c.UpdateMachine(ctx, m.Name, patch, client.IfMatch(version))); err != nil {
 			return "", nil, err
 		}
-		etag = ""
+		version = 0
 		done = append(done, "configured")
 	}
-	if p, ok := m.Fields["pool"].(string); ok && p != "" && p != str(cur["pool"]) {
-		if out, err = a.send(ctx, "POST", one+"/assign", map[string]any{"pool": p}, etag); err != nil {
+	if req.Pool != "" && req.Pool != cur.Pool {
+		if out, err = asMap(c.AssignMachine(ctx, m.Name, req.Pool, client.IfMatch(version))); err != nil {
 			return "", nil, err
 		}
-		done = append(done, "assigned to "+p)
+		done = append(done, "assigned to "+req.Pool)
 	}
 	if len(done) == 0 {
 		return "unchanged", out, nil

@@ -9,18 +9,18 @@ import (
 
 // catalogCmd reads and grows the platform-wide Kubernetes version catalog.
 func (a *app) catalogCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "catalog", Short: "The Kubernetes versions pools can run (platform-wide)"}
+	cmd := groupCommand(&cobra.Command{Use: "catalog", Short: "The Kubernetes versions pools can run (platform-wide)"})
 	cmd.AddCommand(&cobra.Command{
 		Use:     "list",
 		Short:   "List the Kubernetes versions in the catalog, by minor",
 		Example: "  anvilctl catalog list\n  anvilctl catalog list -o json",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cat, _, err := a.c.get(cmd.Context(), "/api/v1/catalog", nil)
+			cat, err := asMap(a.api.GetCatalog(cmd.Context()))
 			if err != nil {
 				return err
 			}
-			return printCatalog(cmd, a.output, cat)
+			return printCatalog(cmd, a.out, cat)
 		},
 	})
 	cmd.AddCommand(&cobra.Command{
@@ -35,16 +35,12 @@ func (a *app) catalogCmd() *cobra.Command {
 		Example: "  anvilctl catalog add-version 1.33.6",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			res, err := a.c.do(cmd.Context(), "POST", "/api/v1/catalog/versions", nil, map[string]any{"version": args[0]}, nil)
+			cat, err := asMap(a.api.AddCatalogVersion(cmd.Context(), args[0]))
 			if err != nil {
 				return err
 			}
-			var cat map[string]any
-			if err := decode(res.Body, &cat); err != nil {
-				return err
-			}
-			if a.output != FormatTable {
-				return printValue(cmd.OutOrStdout(), a.output, cat)
+			if !a.out.human() {
+				return a.out.printObject(cmd.OutOrStdout(), nil, cat, nil)
 			}
 			v := strings.TrimPrefix(args[0], "v")
 			minor := v
@@ -60,10 +56,10 @@ func (a *app) catalogCmd() *cobra.Command {
 }
 
 // printCatalog writes the catalog: one row per minor, or the whole object.
-func printCatalog(cmd *cobra.Command, format string, cat map[string]any) error {
+func printCatalog(cmd *cobra.Command, p *printer, cat map[string]any) error {
 	w := cmd.OutOrStdout()
-	if format != FormatTable {
-		return printValue(w, format, cat)
+	if !p.human() {
+		return p.printObject(w, nil, cat, nil)
 	}
 	return printTable(w, []column{field("MINOR", "minor"), field("LATEST", "latest"), field("VERSIONS", "versions")}, objects(cat["minors"]))
 }

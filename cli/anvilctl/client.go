@@ -1,30 +1,38 @@
 package anvilctl
 
+// Every API call anvilctl makes goes through the typed client
+// (github.com/anvil-fleet/anvil/client). This file is the thin adapter
+// around it: the client the configuration makes, the one place its errors
+// become anvilctl's (apiErr), list paging with --limit and --chunk-size,
+// and the one conversion of typed answers into the generic objects the
+// printers walk (structToMap, in output.go).
+
 import (
 	"bytes"
-	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
+
+	"github.com/anvil-fleet/anvil/client"
 )
 
-// APIError is an RFC 9457 problem the API answered with.
+// APIError is a problem the API answered with (RFC 9457), as anvilctl
+// prints it: status, title, detail, then each offending field on a line
+// of its own. It wraps the client's *client.Problem.
 type APIError struct {
-	Status int    `json:"status"`
-	Title  string `json:"title"`
-	Detail string `json:"detail"`
-	Errors []struct {
-		Field  string `json:"field"`
-		Reason string `json:"reason"`
-	} `json:"errors"`
+	*client.Problem
 }
 
 func (e *APIError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d %s", e.Status, e.Title)
+	title := e.Title
+	if title == "" {
+		title = http.StatusText(e.Status)
+	}
+	fmt.Fprintf(&b, "%d %s", e.Status, title)
 	if e.Detail != "" {
 		b.WriteString(": " + e.Detail)
 	}
@@ -34,105 +42,106 @@ func (e *APIError) Error() string {
 	return b.String()
 }
 
-// client calls the gateway.
-type client struct {
-	cfg  Config
-	http *http.Client
-}
+func (e *APIError) Unwrap() error { return e.Problem }
 
-// response is an answer that was not an error.
-type response struct {
-	Status int
-	Header http.Header
-	Body   []byte
-}
-
-// orgPath is a path under /api/v1/orgs/{org}.
-func (c *client) orgPath(format string, args ...any) (string, error) {
-	if c.cfg.Org == "" {
-		return "", fmt.Errorf("no organization: pass --org, set %s, or put org: in the config file", EnvOrg)
+// apiErr is where the client's errors become anvilctl's: a problem the API
+// answered with is an *APIError; a request that got no answer is the
+// transport's error (a *url.Error: `Get "http://…": dial tcp …`), without
+// the client's prefix. Context errors stay in the chain (Ctrl-C exits 130).
+func apiErr(err error) error {
+	if err == nil {
+		return nil
 	}
-	for i, a := range args {
-		if s, ok := a.(string); ok {
-			args[i] = url.PathEscape(s)
+	if p, ok := client.AsProblem(err); ok {
+		return &APIError{p}
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue
+	}
+	return err
+}
+
+// isStatus says err is a problem of that status.
+func isStatus(err error, status int) bool {
+	p, ok := client.AsProblem(err)
+	return ok && p.Status == status
+}
+
+// call passes a typed answer on with its error mapped (apiErr):
+// ro, err := call(c.GetRollout(ctx, id)).
+func call[T any](v *T, err error) (*T, error) {
+	if err != nil {
+		return nil, apiErr(err)
+	}
+	return v, nil
+}
+
+// asMap is call for an answer that is printed: the object as the printers
+// walk it.
+func asMap[T any](v *T, err error) (map[string]any, error) {
+	if err != nil {
+		return nil, apiErr(err)
+	}
+	return structToMap(v), nil
+}
+
+// newClient is the typed client of a configuration.
+func newClient(cfg Config, hc *http.Client) (*client.Client, error) {
+	return client.New(client.Options{BaseURL: cfg.Server, Token: cfg.Token, Org: cfg.Org, HTTPClient: hc,
+		UserAgent: "anvilctl/" + clientVersion().Version})
+}
+
+// org is the client for the configured organization, or the error that
+// says how to name one.
+func (a *app) org() (*client.Client, error) {
+	if a.cfg.Org == "" {
+		return nil, fmt.Errorf("no organization: pass --org, set %s, or put org: in the config file's context", EnvOrg)
+	}
+	return a.api, nil
+}
+
+// pageSize is how many items anvilctl asks for per page.
+const pageSize = 500
+
+// listing is how much of a list to read: at most limit items (0: every
+// page), asked for chunk at a time (0: pageSize).
+type listing struct {
+	limit, chunk int
+}
+
+// readList reads a list page by page through the client's ListX method
+// (page), following next until the limit or the end; more says that items
+// remain beyond the limit.
+func readList[T any](l listing, page func(client.ListOptions) (*client.Page[T], error)) (items []map[string]any, more bool, err error) {
+	cursor := ""
+	for {
+		size := pageSize
+		if l.chunk > 0 {
+			size = l.chunk
 		}
-	}
-	return "/api/v1/orgs/" + url.PathEscape(c.cfg.Org) + fmt.Sprintf(format, args...), nil
-}
-
-func (c *client) request(ctx context.Context, method, path string, q url.Values, body any, hdr map[string]string) (*http.Request, error) {
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
+		if l.limit > 0 {
+			size = min(size, l.limit-len(items))
+		}
+		p, err := page(client.ListOptions{Cursor: cursor, Limit: size})
 		if err != nil {
-			return nil, err
+			return nil, false, apiErr(err)
 		}
-		rd = bytes.NewReader(b)
+		for _, it := range p.Items {
+			items = append(items, structToMap(it))
+		}
+		if l.limit > 0 && len(items) >= l.limit {
+			// a server that does not page answers everything at once
+			return items[:l.limit], p.Next != "" || len(items) > l.limit, nil
+		}
+		if p.Next == "" {
+			return items, false, nil
+		}
+		if p.Next == cursor {
+			return nil, false, fmt.Errorf("the server answered the same page again for cursor %s", cursor)
+		}
+		cursor = p.Next
 	}
-	u := c.cfg.Server + path
-	if len(q) > 0 {
-		u += "?" + q.Encode()
-	}
-	req, err := http.NewRequestWithContext(ctx, method, u, rd)
-	if err != nil {
-		return nil, err
-	}
-	if c.cfg.Token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.cfg.Token)
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	req.Header.Set("User-Agent", "anvilctl")
-	for k, v := range hdr {
-		req.Header.Set(k, v)
-	}
-	return req, nil
-}
-
-// do sends a request and returns the answer, or an *APIError for a
-// problem.
-func (c *client) do(ctx context.Context, method, path string, q url.Values, body any, hdr map[string]string) (*response, error) {
-	req, err := c.request(ctx, method, path, q, body, hdr)
-	if err != nil {
-		return nil, err
-	}
-	res, err := c.http.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer res.Body.Close()
-	data, err := io.ReadAll(res.Body)
-	if err != nil {
-		return nil, err
-	}
-	if res.StatusCode >= 400 {
-		return nil, problem(res, data)
-	}
-	return &response{Status: res.StatusCode, Header: res.Header, Body: data}, nil
-}
-
-func problem(res *http.Response, data []byte) error {
-	e := &APIError{Status: res.StatusCode, Title: http.StatusText(res.StatusCode)}
-	if strings.Contains(res.Header.Get("Content-Type"), "json") {
-		_ = json.Unmarshal(data, e)
-	} else if s := strings.TrimSpace(string(data)); s != "" && len(s) < 500 {
-		e.Detail = s
-	}
-	return e
-}
-
-// get decodes a JSON answer into a generic value.
-func (c *client) get(ctx context.Context, path string, q url.Values) (map[string]any, *response, error) {
-	res, err := c.do(ctx, "GET", path, q, nil, nil)
-	if err != nil {
-		return nil, nil, err
-	}
-	var v map[string]any
-	if err := decode(res.Body, &v); err != nil {
-		return nil, nil, err
-	}
-	return v, res, nil
 }
 
 // decode keeps numbers as json.Number so that versions and sizes print
@@ -141,12 +150,7 @@ func decode(b []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
 	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("the server answered with something that is not JSON: %w", err)
+		return fmt.Errorf("not JSON: %w", err)
 	}
 	return nil
-}
-
-func isStatus(err error, status int) bool {
-	e, ok := err.(*APIError)
-	return ok && e.Status == status
 }

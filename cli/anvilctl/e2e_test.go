@@ -29,6 +29,8 @@ type cliStack struct {
 	env  map[string]string
 	// adminTok is acme's admin token
 	adminTok string
+	// boot is the boot service's URL
+	boot string
 }
 
 func freeAddr(t *testing.T) string {
@@ -44,20 +46,20 @@ func freeAddr(t *testing.T) string {
 // with an admin and a viewer token.
 func startStack(t *testing.T) (*cliStack, string, string) {
 	t.Helper()
-	addr := freeAddr(t)
+	addr, bootAddr := freeAddr(t), freeAddr(t)
 	// The simulator's assets for the default catalog: pools are saved only
 	// when the boot service has their files.
 	assets, err := simassets.Dir(t.TempDir(), revisions.DefaultKubernetesVersions...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := devstack.Start(context.Background(), devstack.Config{DataDir: t.TempDir(), GatewayAddr: addr, BootAddr: freeAddr(t),
+	st, err := devstack.Start(context.Background(), devstack.Config{DataDir: t.TempDir(), GatewayAddr: addr, BootAddr: bootAddr,
 		AdminToken: adminToken, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), AssetsDir: assets})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Stop() })
-	s := &cliStack{t: t, base: "http://" + addr, st: st}
+	s := &cliStack{t: t, base: "http://" + addr, st: st, boot: "http://" + bootAddr}
 	admin, viewer := s.setUp()
 	return s, admin, viewer
 }

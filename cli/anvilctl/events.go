@@ -2,26 +2,28 @@ package anvilctl
 
 import (
 	"fmt"
-	"net/url"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/anvil-fleet/anvil/client"
 )
 
-// eventFilter is the audit log's filters.
+// eventFilter is the audit log's filters, as given and (sinceAt,
+// untilAt) resolved.
 type eventFilter struct {
 	Aggregate, Types, Actor, Since, Until string
-	sinceAt, untilAt                      string
+	sinceAt, untilAt                      time.Time
 }
 
-func (f *eventFilter) query() (url.Values, error) {
-	q := url.Values{}
-	set(q, "aggregate", f.Aggregate)
-	set(q, "type", f.Types)
-	set(q, "actor", f.Actor)
-	set(q, "since", f.sinceAt)
-	set(q, "until", f.untilAt)
-	return q, nil
+// filter is the client's filter: --type is comma-separated.
+func (f *eventFilter) filter() client.EventFilter {
+	ef := client.EventFilter{Aggregate: f.Aggregate, Actor: f.Actor, Since: f.sinceAt, Until: f.untilAt}
+	if f.Types != "" {
+		ef.Types = strings.Split(f.Types, ",")
+	}
+	return ef
 }
 
 func (a *app) eventFlags(cmd *cobra.Command, f *eventFilter) {
@@ -38,22 +40,27 @@ func (a *app) resolveTimes(f *eventFilter) error {
 	for _, t := range []struct {
 		name string
 		in   string
-		out  *string
+		out  *time.Time
 	}{{"since", f.Since, &f.sinceAt}, {"until", f.Until, &f.untilAt}} {
 		if t.in == "" {
 			continue
 		}
 		v, err := parseAt(t.in, a.env.Now())
-		if err != nil || !strings.Contains(v, "T") {
+		var at time.Time
+		if err == nil {
+			at, err = time.Parse(time.RFC3339Nano, v)
+		}
+		if err != nil {
 			return fmt.Errorf("--%s %q: must be an RFC 3339 time or a duration ago such as 1h", t.name, t.in)
 		}
-		*t.out = v
+		*t.out = at
 	}
 	return nil
 }
 
 func (a *app) eventsCmd() *cobra.Command {
 	o := &getOptions{}
+	var t tableFlags
 	cmd := &cobra.Command{
 		Use:   "events",
 		Short: "Read the audit log: every event of the organization, oldest first",
@@ -62,23 +69,29 @@ func (a *app) eventsCmd() *cobra.Command {
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := a.resolveTimes(&o.events); err != nil {
-				return err
+				return usageErr(err)
 			}
-			r, _ := lookupResource("events")
-			items, next, err := a.list(cmd.Context(), r, o)
+			p, err := a.printerFor(cmd, &t)
 			if err != nil {
 				return err
 			}
-			if err := printObjects(cmd.OutOrStdout(), a.output, eventCols, items); err != nil {
+			r, _ := lookupResource("events")
+			items, more, err := a.list(cmd.Context(), r, o)
+			if err != nil {
 				return err
 			}
-			if next != "" {
+			if err := p.print(cmd.OutOrStdout(), []group{{r: r, items: items}}, false); err != nil {
+				return err
+			}
+			if more {
 				fmt.Fprintf(cmd.ErrOrStderr(), "(more: raise --limit, or pass 0 for every page)\n")
 			}
 			return nil
 		},
 	}
 	a.eventFlags(cmd, &o.events)
+	t.add(cmd)
 	cmd.Flags().IntVar(&o.Limit, "limit", 0, "at most this many events (0: all)")
+	cmd.Flags().IntVar(&o.ChunkSize, "chunk-size", pageSize, "ask for events in pages of this many")
 	return cmd
 }

@@ -20,7 +20,7 @@ func TestMachinesRebootColumn(t *testing.T) {
 		obj(`{"uuid":"u4","hostname":"w4"}`),
 	}
 	var b bytes.Buffer
-	if err := printObjects(&b, FormatTable, r.cols, objs); err != nil {
+	if err := printTable(&b, r.cols, objs); err != nil {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")

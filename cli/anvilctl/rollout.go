@@ -1,9 +1,7 @@
 package anvilctl
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +11,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/anvil-fleet/anvil/client"
 )
 
 // rolloutFailed is a watched rollout that ended without succeeding
@@ -28,27 +28,55 @@ func (e *rolloutFailed) Error() string {
 }
 
 func (a *app) rolloutCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "rollout", Short: "Start, watch and control rollouts"}
+	cmd := groupCommand(&cobra.Command{Use: "rollout", Short: "Start, watch and control rollouts"})
 	var watch bool
+	var timeout time.Duration
 	status := &cobra.Command{
-		Use:   "status <id>",
+		Use:   "status <id> | rollout/<id> | pool/<pool>",
 		Short: "Show a rollout's progress and machines; with --watch follow its log live until it ends",
-		Long: "status shows where a rollout stands. With --watch it follows the rollout's log live (Server-Sent\n" +
-			"Events), redrawing the progress as machines move, and exits when the rollout ends: 0 when it\n" +
-			"succeeded, 2 when it failed (it then waits for a retry or an abort) or was aborted.",
+		Long: "status shows where a rollout stands (pool/<pool>: the pool's latest rollout). With --watch it follows\n" +
+			"the rollout's log live (Server-Sent Events), redrawing the progress as machines move, and exits when\n" +
+			"the rollout ends: 0 when it succeeded, 2 when it failed (it then waits for a retry or an abort) or was\n" +
+			"aborted. --timeout (which implies --watch) gives up after that long: exit 3.",
+		Example:           "  anvilctl rollout status ro-1f2e… --watch\n  anvilctl rollout status pool/workers --timeout 30m",
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: a.completeNames("rollouts"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if watch {
-				return a.watch(cmd.Context(), args[0], cmd.OutOrStdout())
+			if timeout < 0 {
+				return usageErr(fmt.Errorf("--timeout: must not be negative"))
 			}
-			ro, err := a.rollout(cmd.Context(), args[0])
+			id, err := a.rolloutID(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if watch || timeout > 0 {
+				if !a.out.human() {
+					return usageErr(fmt.Errorf("--watch writes for people: leave out -o"))
+				}
+				ctx := cmd.Context()
+				if timeout > 0 {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithTimeout(ctx, timeout)
+					defer cancel()
+				}
+				err := a.watch(ctx, id, cmd.OutOrStdout())
+				if err != nil && timeout > 0 && errors.Is(ctx.Err(), context.DeadlineExceeded) && cmd.Context().Err() == nil {
+					st := ""
+					if ro, rerr := a.rollout(cmd.Context(), id); rerr == nil {
+						st = " (status " + str(ro["status"]) + ")"
+					}
+					return &exitError{code: ExitTimeout, err: fmt.Errorf("timed out after %s waiting for rollout %s to end%s", timeout, id, st)}
+				}
+				return err
+			}
+			ro, err := a.rollout(cmd.Context(), id)
 			if err != nil {
 				return err
 			}
 			w := cmd.OutOrStdout()
-			if a.output != FormatTable {
-				return printValue(w, a.output, ro)
+			r, _ := lookupResource("rollout")
+			if !a.out.human() {
+				return a.out.printObject(w, r, ro, nil)
 			}
 			fmt.Fprintln(w, rolloutHeader(ro))
 			fmt.Fprintln(w, progressLine(ro, 30))
@@ -61,6 +89,7 @@ func (a *app) rolloutCmd() *cobra.Command {
 		},
 	}
 	status.Flags().BoolVarP(&watch, "watch", "w", false, "follow the rollout live until it ends")
+	status.Flags().DurationVar(&timeout, "timeout", 0, "with --watch (implied): give up after this long, exit 3 (0: wait as long as it takes)")
 
 	var start struct {
 		Pool, Machine, After string
@@ -72,29 +101,20 @@ func (a *app) rolloutCmd() *cobra.Command {
 		Example: "  anvilctl rollout start --pool workers --revision 3\n  anvilctl rollout start --pool workers --machine 4c4c4544-…",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			p, err := a.c.orgPath("/rollouts")
+			c, err := a.org()
 			if err != nil {
 				return err
 			}
-			body := map[string]any{"pool": start.Pool}
-			if start.Revision != 0 {
-				body["revision"] = start.Revision
-			}
-			if start.Machine != "" {
-				body["machine"] = start.Machine
-			}
-			if start.After != "" {
-				body["after"] = start.After
-			}
-			out, err := a.send(cmd.Context(), "POST", p, body, "")
+			out, err := asMap(c.StartRollout(cmd.Context(), client.RolloutStart{Pool: start.Pool, Revision: start.Revision,
+				Machine: start.Machine, After: start.After}))
 			if err != nil {
 				return err
 			}
-			if a.output != FormatTable {
-				return printValue(cmd.OutOrStdout(), a.output, out)
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "rollout/%s started (%s)\n", str(out["id"]), str(out["status"]))
-			return nil
+			r, _ := lookupResource("rollout")
+			return a.out.printObject(cmd.OutOrStdout(), r, out, func() error {
+				_, err := fmt.Fprintf(cmd.OutOrStdout(), "rollout/%s started (%s)\n", str(out["id"]), str(out["status"]))
+				return err
+			})
 		},
 	}
 	startCmd.Flags().StringVar(&start.Pool, "pool", "", "the pool (required)")
@@ -111,23 +131,24 @@ func (a *app) rolloutCmd() *cobra.Command {
 		Long: "undo rolls revision n of the pool out (POST …/pools/{pool}/revisions/{n}/apply): an older revision\n" +
 			"is a rollback, the pool's current one re-reboots its machines. It prints the rollout's id; --watch\n" +
 			"follows it (as rollout status --watch).",
-		Example:           "  anvilctl rollout undo workers --to-revision 2",
+		Example:           "  anvilctl rollout undo workers --to-revision 2\n  anvilctl rollout undo pool/workers --to-revision 2 --watch",
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: a.completeNames("pools"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if toRevision < 1 {
-				return fmt.Errorf("--to-revision: want a revision number (1 or more)")
+				return usageErr(fmt.Errorf("--to-revision: want a revision number (1 or more)"))
 			}
-			p, err := a.c.orgPath("/pools/%s/revisions/%d/apply", args[0], toRevision)
+			args[0] = strings.TrimPrefix(args[0], "pool/")
+			c, err := a.org()
 			if err != nil {
 				return err
 			}
-			out, err := a.send(cmd.Context(), "POST", p, nil, "")
+			out, err := asMap(c.ApplyPoolRevision(cmd.Context(), args[0], toRevision))
 			if err != nil {
 				return err
 			}
-			if a.output != FormatTable {
-				return printValue(cmd.OutOrStdout(), a.output, out)
+			if !a.out.human() {
+				return a.out.printObject(cmd.OutOrStdout(), nil, out, nil)
 			}
 			what := "rolling out revision "
 			if b, _ := out["rollback"].(bool); b {
@@ -162,27 +183,30 @@ func (a *app) controlCmd(verb, done, short string) *cobra.Command {
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: a.completeNames("rollouts"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			p, err := a.c.orgPath("/rollouts/%s/"+verb, args[0])
-			if err != nil {
-				return err
-			}
-			var body any
-			if reason != "" {
-				body = map[string]any{"reason": reason}
-			}
-			etag := ""
+			id := strings.TrimPrefix(args[0], "rollout/")
+			var opts []client.CallOption
 			if ifMatch != "" {
-				etag = strconv.Quote(strings.Trim(ifMatch, `"`))
+				v, err := strconv.ParseUint(strings.Trim(ifMatch, `"`), 10, 64)
+				if err != nil || v == 0 {
+					return usageErr(fmt.Errorf("--if-match %q: want the rollout's version (its ETag), such as 42", ifMatch))
+				}
+				opts = append(opts, client.IfMatch(v))
 			}
-			out, err := a.send(cmd.Context(), "POST", p, body, etag)
+			c, err := a.org()
 			if err != nil {
 				return err
 			}
-			if a.output != FormatTable {
-				return printValue(cmd.OutOrStdout(), a.output, out)
+			control := map[string]func(context.Context, string, string, ...client.CallOption) (*client.Rollout, error){
+				"pause": c.PauseRollout, "resume": c.ResumeRollout, "abort": c.AbortRollout, "retry": c.RetryRollout}[verb]
+			out, err := asMap(control(cmd.Context(), id, reason, opts...))
+			if err != nil {
+				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "rollout/%s %s (status %s)\n", args[0], done, str(out["status"]))
-			return nil
+			r, _ := lookupResource("rollout")
+			return a.out.printObject(cmd.OutOrStdout(), r, out, func() error {
+				_, err := fmt.Fprintf(cmd.OutOrStdout(), "rollout/%s %s (status %s)\n", id, done, str(out["status"]))
+				return err
+			})
 		},
 	}
 	cmd.Flags().StringVar(&reason, "reason", "", "why, for the log")
@@ -215,8 +239,7 @@ func (a *app) watchStarted(ctx context.Context, id string, w io.Writer) error {
 	said := false
 	for {
 		_, err := a.rollout(ctx, id)
-		var apiErr *APIError
-		if err == nil || !errors.As(err, &apiErr) || apiErr.Status != http.StatusNotFound || time.Now().After(deadline) {
+		if !isStatus(err, http.StatusNotFound) || time.Now().After(deadline) {
 			break
 		}
 		if !said {
@@ -232,13 +255,37 @@ func (a *app) watchStarted(ctx context.Context, id string, w io.Writer) error {
 	return a.watch(ctx, id, w)
 }
 
+// rolloutID reads rollout status's argument: an id, rollout/<id>, or
+// pool/<pool> for the pool's latest rollout.
+func (a *app) rolloutID(ctx context.Context, arg string) (string, error) {
+	kind, name, ok := strings.Cut(arg, "/")
+	if !ok {
+		return arg, nil
+	}
+	switch kind {
+	case "rollout", "rollouts", "ro":
+		return name, nil
+	case "pool", "pools", "mp", "machinepool":
+	default:
+		return "", usageErr(fmt.Errorf("%q: want a rollout id, rollout/<id> or pool/<pool>", arg))
+	}
+	r, _ := lookupResource("rollouts")
+	items, _, err := a.list(ctx, r, &getOptions{Pool: name, Limit: 1})
+	if err != nil {
+		return "", err
+	}
+	if len(items) == 0 {
+		return "", fmt.Errorf("pool %s has no rollout", name)
+	}
+	return str(items[0]["id"]), nil
+}
+
 func (a *app) rollout(ctx context.Context, id string) (map[string]any, error) {
-	p, err := a.c.orgPath("/rollouts/%s", id)
+	c, err := a.org()
 	if err != nil {
 		return nil, err
 	}
-	ro, _, err := a.c.get(ctx, p, nil)
-	return ro, err
+	return asMap(c.GetRollout(ctx, id))
 }
 
 func objects(v any) []map[string]any {
@@ -328,53 +375,18 @@ func entryLine(e map[string]any) string {
 	return line
 }
 
-type sse struct{ id, event, data string }
-
-// readEvents parses a text/event-stream into events.
-func readEvents(r io.Reader, fn func(sse) error) error {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 4<<20)
-	var ev sse
-	var data []string
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case line == "":
-			if len(data) > 0 || ev.event != "" {
-				ev.data = strings.Join(data, "\n")
-				if err := fn(ev); err != nil {
-					return err
-				}
-			}
-			ev, data = sse{}, nil
-		case strings.HasPrefix(line, ":"):
-		default:
-			k, v, _ := strings.Cut(line, ":")
-			v = strings.TrimPrefix(v, " ")
-			switch k {
-			case "id":
-				ev.id = v
-			case "event":
-				ev.event = v
-			case "data":
-				data = append(data, v)
-			}
-		}
-	}
-	return sc.Err()
-}
-
 var errStreamEnded = errors.New("stream ended")
 
-// watch follows a rollout's log over Server-Sent Events until it ends,
-// reconnecting with Last-Event-ID when the connection drops.
+// watch follows a rollout's log live (the client's FollowOperationLog:
+// Server-Sent Events) until it ends, resuming after the last entry when the
+// connection drops.
 func (a *app) watch(ctx context.Context, id string, w io.Writer) error {
 	ro, err := a.rollout(ctx, id)
 	if err != nil {
 		return err
 	}
-	if a.output != FormatTable {
-		return fmt.Errorf("--watch writes for people: leave out -o")
+	if !a.out.human() {
+		return usageErr(fmt.Errorf("--watch writes for people: leave out -o"))
 	}
 	fmt.Fprintln(w, rolloutHeader(ro))
 	bar := progressLine(ro, 30)
@@ -393,76 +405,66 @@ func (a *app) watch(ctx context.Context, id string, w io.Writer) error {
 		}
 	}
 	show()
-	logPath, err := a.c.orgPath("/operations/%s/log", id)
+	c, err := a.org()
 	if err != nil {
 		return err
 	}
-	last := ""
+	from := 0     // the next entry: a stream that drops resumes there
 	live := false // past the backlog
 	failures := 0
 	for {
-		hdr := map[string]string{"Accept": "text/event-stream"}
-		if last != "" {
-			hdr["Last-Event-ID"] = last
-		}
-		req, err := a.c.request(ctx, "GET", logPath, nil, nil, hdr)
-		if err != nil {
-			return err
-		}
-		res, err := a.c.http.Do(req)
-		if err == nil && res.StatusCode >= 400 {
-			data, _ := io.ReadAll(res.Body)
-			res.Body.Close()
-			clear()
-			return problem(res, data)
-		}
-		if err == nil {
-			failures = 0
-			err = readEvents(res.Body, func(ev sse) error {
-				switch ev.event {
-				case "", "message":
-					var e map[string]any
-					if err := decode([]byte(ev.data), &e); err != nil {
-						return err
-					}
-					last = ev.id
-					clear()
-					fmt.Fprintln(w, entryLine(e))
-					if a.env.TTY {
-						shown = ""
-					}
-					// the backlog comes first, before the first status
-					// event: refresh for live entries only
-					if live {
-						if r, err := a.rollout(ctx, id); err == nil {
-							ro = r
-							bar = progressLine(ro, 30)
-						}
-					}
-					show()
-				case "status":
-					live = true
-					// the status changed: refresh; a failed rollout waits
-					// for a retry or an abort, so the watch ends there
+		seen := false // this stream has started
+		err = nil
+	stream:
+		for ev, ferr := range c.FollowOperationLog(ctx, id, from) {
+			if ferr != nil {
+				err = ferr
+				break
+			}
+			seen = true
+			switch ev.Kind {
+			case client.LogEventEntry:
+				from = ev.Index + 1
+				clear()
+				fmt.Fprintln(w, entryLine(structToMap(ev.Entry)))
+				if a.env.TTY {
+					shown = ""
+				}
+				// the backlog comes first, before the first status event:
+				// refresh for live entries only
+				if live {
 					if r, err := a.rollout(ctx, id); err == nil {
 						ro = r
 						bar = progressLine(ro, 30)
-						show()
 					}
-					switch str(ro["status"]) {
-					case "failed", "aborted", "succeeded":
-						return errStreamEnded
-					}
-				case "end":
-					return errStreamEnded
-				case "error":
-					var p APIError
-					_ = json.Unmarshal([]byte(ev.data), &p)
-					return &p
 				}
-				return nil
-			})
-			res.Body.Close()
+				show()
+			case client.LogEventStatus:
+				live = true
+				// the status changed: refresh; a failed rollout waits for a
+				// retry or an abort, so the watch ends there
+				if r, err := a.rollout(ctx, id); err == nil {
+					ro = r
+					bar = progressLine(ro, 30)
+					show()
+				}
+				switch str(ro["status"]) {
+				case "failed", "aborted", "succeeded":
+					err = errStreamEnded
+					break stream
+				}
+			case client.LogEventEnd:
+				err = errStreamEnded
+				break stream
+			}
+		}
+		err = apiErr(err)
+		var problem *APIError
+		if !seen && errors.As(err, &problem) {
+			// the answer to opening the stream: a missing rollout, a role
+			// too weak, a service that does not answer
+			clear()
+			return err
 		}
 		switch {
 		case errors.Is(err, errStreamEnded):
@@ -481,11 +483,14 @@ func (a *app) watch(ctx context.Context, id string, w io.Writer) error {
 		case ctx.Err() != nil:
 			clear()
 			return ctx.Err()
-		case err != nil && !isTransient(err):
+		case err != nil && !transient(err):
 			clear()
 			return err
 		}
-		// the connection dropped: resume after the last event
+		// the stream dropped (or ended early): resume after the last entry
+		if seen {
+			failures = 0
+		}
 		failures++
 		if failures > 5 {
 			return fmt.Errorf("the log stream keeps failing: %v", err)
@@ -496,12 +501,4 @@ func (a *app) watch(ctx context.Context, id string, w io.Writer) error {
 		case <-time.After(time.Duration(failures) * 500 * time.Millisecond):
 		}
 	}
-}
-
-func isTransient(err error) bool {
-	var p *APIError
-	if errors.As(err, &p) {
-		return p.Status == http.StatusServiceUnavailable
-	}
-	return true // network errors
 }

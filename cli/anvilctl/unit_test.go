@@ -2,7 +2,6 @@ package anvilctl
 
 import (
 	"bytes"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -89,50 +88,6 @@ func obj(s string) map[string]any {
 	return m
 }
 
-func TestOutputFormats(t *testing.T) {
-	cols := []column{field("UUID", "uuid"), field("HOSTNAME", "hostname"), field("LABELS", "labels"), field("SEEN", "last_seen"),
-		field("CP", "control_plane"), field("DONE", "progress.done")}
-	objs := []map[string]any{
-		obj(`{"uuid":"u1","hostname":"w1","labels":{"zone":"b","rack":"r1"},"last_seen":"2026-11-02T09:00:01.123456Z","control_plane":true,"progress":{"done":12345678901}}`),
-		obj(`{"uuid":"u2","labels":{}}`),
-	}
-	var b bytes.Buffer
-	if err := printObjects(&b, FormatTable, cols, objs); err != nil {
-		t.Fatal(err)
-	}
-	want := "UUID   HOSTNAME   LABELS           SEEN                   CP    DONE\n" +
-		"u1     w1         rack=r1,zone=b   2026-11-02T09:00:01Z   yes   12345678901\n" +
-		"u2     -          -                -                      -     -\n"
-	if b.String() != want {
-		t.Errorf("table:\n%s\nwant:\n%s", b.String(), want)
-	}
-	b.Reset()
-	if err := printObjects(&b, FormatJSON, cols, objs); err != nil {
-		t.Fatal(err)
-	}
-	var back struct{ Items []map[string]any }
-	if err := json.Unmarshal(b.Bytes(), &back); err != nil || len(back.Items) != 2 || !strings.Contains(b.String(), "12345678901") {
-		t.Errorf("json: %s %v", b.String(), err)
-	}
-	b.Reset()
-	if err := printObjects(&b, FormatYAML, cols, nil); err != nil || b.String() != "items: []\n" {
-		t.Errorf("empty yaml: %q %v", b.String(), err)
-	}
-	b.Reset()
-	if err := printObject(&b, FormatYAML, cols, objs[0]); err != nil || !strings.Contains(b.String(), "hostname: w1\n") || !strings.Contains(b.String(), "  rack: r1\n") {
-		t.Errorf("yaml: %s %v", b.String(), err)
-	}
-	b.Reset()
-	_ = describe(&b, obj(`{"hostname":"w1","labels":{"rack":"r1"},"failure":null,"disks":[{"name":"sda","size_bytes":1},{"name":"sdb"}],"ssh_keys":["a","b"],"empty":{}}`))
-	want = "Disks:\n  - Name: sda\n    Size Bytes: 1\n  - Name: sdb\nHostname: w1\nLabels:\n  Rack: r1\nSsh Keys:\n  - a\n  - b\n"
-	if b.String() != want {
-		t.Errorf("describe:\n%s\nwant:\n%s", b.String(), want)
-	}
-	if err := checkFormat("wide"); err == nil {
-		t.Error("-o wide accepted")
-	}
-}
-
 func TestProgressAndLogLines(t *testing.T) {
 	ro := obj(`{"id":"ro-1","pool":"workers","revision":2,"status":"running","progress":{"done":1,"total":4,"in_progress":1,"failed":0}}`)
 	if got := progressLine(ro, 8); got != "[##------] 1/4 done, 1 in progress, 0 failed: running" {
@@ -145,14 +100,8 @@ func TestProgressAndLogLines(t *testing.T) {
 	if got := entryLine(e); got != "2026-11-02T09:00:01Z  w1  drain  blocked: PDB web" {
 		t.Errorf("entry: %q", got)
 	}
-	var evs []sse
-	err := readEvents(strings.NewReader(": hi\n\nid: 0\ndata: {\"a\":1}\n\nid: 1\ndata: x\ndata: y\n\nevent: end\ndata: {}\n\n"), func(e sse) error {
-		evs = append(evs, e)
-		return nil
-	})
-	if err != nil || len(evs) != 3 || evs[0].id != "0" || evs[1].data != "x\ny" || evs[2].event != "end" {
-		t.Errorf("events: %+v %v", evs, err)
-	}
+	// (the log's Server-Sent Events are read by the client package:
+	// client.FollowOperationLog)
 }
 
 func TestParseAt(t *testing.T) {
@@ -172,47 +121,50 @@ func TestParseAt(t *testing.T) {
 	}
 }
 
-func TestParseManifests(t *testing.T) {
-	ms, err := parseManifests("f.yaml", []byte("kind: Cluster\nname: prod\n---\napiVersion: anvil/v1\nkind: MachinePool\nname: workers\nkubernetes: {minor: \"1.34\"}\n---\n---\nkind: machine\nuuid: 4C4C4544-0035-4B10-8056-000000000001\nlabels: {rack: r1}\n"))
-	if err != nil || len(ms) != 3 || ms[0].Kind != "cluster" || ms[1].Kind != "pool" || ms[1].Fields["apiVersion"] != nil ||
-		ms[2].Name != "4c4c4544-0035-4b10-8056-000000000001" || ms[2].Fields["kind"] != nil {
-		t.Fatalf("%+v %v", ms, err)
-	}
-	for _, bad := range []string{"name: x\n", "kind: Node\nname: x\n", "kind: Pool\n", "kind: Machine\nhostname: x\n", "- a\n", "kind: [\n"} {
-		if _, err := parseManifests("f.yaml", []byte(bad)); err == nil {
-			t.Errorf("accepted %q", bad)
-		}
-	}
-}
-
-func TestSameJSON(t *testing.T) {
-	for _, c := range []struct {
-		a, b any
-		same bool
-	}{
-		{nil, "", true}, {map[string]any{}, nil, true}, {false, nil, true},
-		{map[string]any{"a": "b"}, map[string]any{"a": "b"}, true}, {3, json.Number("3"), true},
-		{"x", "y", false}, {map[string]any{"a": "b"}, nil, false}, {2, nil, false},
-	} {
-		if got := sameJSON(c.a, c.b); got != c.same {
-			t.Errorf("sameJSON(%v, %v) = %v", c.a, c.b, got)
-		}
-	}
-}
-
 func TestUsageErrors(t *testing.T) {
 	for _, c := range []struct {
 		args []string
 		want string
 	}{
 		{[]string{"get", "widgets"}, "unknown kind"},
-		{[]string{"get", "machines", "-o", "wide"}, "must be table, json or yaml"},
+		{[]string{"get", "machines", "-o", "bogus"}, "must be one of table, wide, name, json, yaml"},
+		{[]string{"get", "machines", "-o", "jsonpath={.items[}"}, "the template"},
+		{[]string{"get", "machines", "-o", "custom-columns=NAME"}, "want HEADER:.path"},
+		{[]string{"get", "machines", "--sort-by", "{{.x}}", "--org", "acme"}, "--sort-by"},
+		{[]string{"get", "pools", "-l", "rack=r1", "--org", "acme"}, "pools cannot be filtered with --selector (-l) (it filters machines)"},
+		{[]string{"get", "pools,machines", "--pool", "w", "--org", "acme"}, "pools cannot be filtered with --pool"},
+		{[]string{"get", "clusters", "--status", "ready", "--org", "acme"}, "clusters cannot be filtered with --status"},
+		{[]string{"get", "machine", "u1", "-l", "rack=r1", "--org", "acme"}, "filters lists: leave it out when naming machines"},
+		{[]string{"get", "pool/workers", "machines", "--org", "acme"}, "either as kind/name or as a kind followed by names"},
+		{[]string{"get", "pool/", "--org", "acme"}, "want kind/name"},
+		{[]string{"get", "pools,widgets", "--org", "acme"}, "unknown kind \"widgets\""},
+		{[]string{"get", "--org", "acme"}, "name a kind"},
+		{[]string{"get", "machines", "--at", "2h", "--org", "acme"}, "--at reads objects as they were: name them"},
+		{[]string{"get", "machines", "-w", "--at", "2h", "--org", "acme"}, "--watch follows objects as they are now"},
+		{[]string{"delete", "pool", "--org", "acme"}, "name the pool to delete"},
+		{[]string{"delete", "pool", "w", "--policy", "forced", "--org", "acme"}, "--policy is for machines"},
+		{[]string{"describe", "events/1", "--org", "acme"}, "cannot be described"},
+		{[]string{"apply", "-f", "x.yaml", "--dry-run=maybe", "--org", "acme"}, "--dry-run \"maybe\": must be none, client or server"},
+		{[]string{"apply", "-f", "x.yaml", "--watch", "--org", "acme"}, "pass --apply too"},
+		{[]string{"rollout", "status", "ro-1", "--timeout", "-1s", "--org", "acme"}, "--timeout"},
+		{[]string{"rollout", "status", "node/x", "--org", "acme"}, "want a rollout id, rollout/<id> or pool/<pool>"},
+		{[]string{"create", "token", "--org", "acme"}, `"role" not set`},
+		{[]string{"create", "token", "--role", "root", "--org", "acme"}, "must be viewer, operator or admin"},
+		{[]string{"boot-url", "tok"}, "no boot server"},
+		{[]string{"boot-url", "--boot-server", "http://boot:8081"}, "give an enrollment token, or --new"},
+		{[]string{"get", "machines", "--boot-server", "tftp://x", "--org", "acme"}, "boot-server"},
+		{[]string{"rollout", "frobnicate"}, `unknown command "frobnicate" for "anvilctl rollout"`},
+		{[]string{"frobnicate"}, `unknown command "frobnicate" for "anvilctl"`},
+		{[]string{"get", "machines", "--frobnicate"}, "unknown flag: --frobnicate"},
+		{[]string{"config", "use-context", "nope"}, `context "nope" does not exist`},
+		{[]string{"get", "machines", "--context", "nope"}, `context "nope" does not exist`},
 		{[]string{"get", "machines"}, "no organization"},
 		{[]string{"get", "revisions", "--org", "acme"}, "--pool <pool> or --machine <uuid>"},
 		{[]string{"get", "events", "x", "--org", "acme"}, "cannot be read one by one"},
 		{[]string{"delete", "rollout", "r1", "--org", "acme"}, "cannot be deleted"},
 		{[]string{"apply", "--org", "acme"}, "name a file"},
 		{[]string{"get", "machine", "u1", "--at", "soon", "--org", "acme"}, "--at"},
+		{[]string{"rollout", "status", "x", "-w", "-o", "json", "--org", "acme"}, "--watch writes for people"},
 		{[]string{"events", "--since", "soon", "--org", "acme"}, "--since"},
 		{[]string{"rollout", "undo", "workers", "--org", "acme"}, `"to-revision" not set`},
 		{[]string{"rollout", "undo", "workers", "--to-revision", "0", "--org", "acme"}, "--to-revision"},
