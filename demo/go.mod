@@ -3,12 +3,10 @@ module github.com/anvil-fleet/anvil/demo
 go 1.26.0
 
 require (
+	github.com/anvil-fleet/anvil/client v0.0.0
 	github.com/anvil-fleet/anvil/devstack v0.0.0
 	github.com/anvil-fleet/anvil/libs/kubeharness v0.0.0
 	github.com/anvil-fleet/anvil/services/boot v0.0.0
-	github.com/anvil-fleet/anvil/services/registry v0.0.0
-	github.com/anvil-fleet/anvil/services/revisions v0.0.0
-	github.com/anvil-fleet/anvil/services/rollout v0.0.0
 	github.com/anvil-fleet/anvil/sim v0.0.0
 	golang.org/x/term v0.47.0
 	k8s.io/apimachinery v0.37.2
@@ -23,6 +21,9 @@ require (
 	github.com/anvil-fleet/anvil/libs/events v0.0.0 // indirect
 	github.com/anvil-fleet/anvil/libs/fields v0.0.0 // indirect
 	github.com/anvil-fleet/anvil/services/gateway v0.0.0 // indirect
+	github.com/anvil-fleet/anvil/services/registry v0.0.0 // indirect
+	github.com/anvil-fleet/anvil/services/revisions v0.0.0 // indirect
+	github.com/anvil-fleet/anvil/services/rollout v0.0.0 // indirect
 	github.com/aws/aws-sdk-go-v2 v1.43.4 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/blang/semver/v4 v4.0.0 // indirect
@@ -141,6 +142,7 @@ require (
 
 replace (
 	github.com/anvil-fleet/anvil/agent => ../agent
+	github.com/anvil-fleet/anvil/client => ../client
 	github.com/anvil-fleet/anvil/devstack => ../devstack
 	github.com/anvil-fleet/anvil/libs/events => ../libs/events
 	github.com/anvil-fleet/anvil/libs/kubeharness => ../libs/kubeharness

@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/anvil-fleet/anvil/demo/story"
+	"github.com/anvil-fleet/anvil/libs/events/eventstest"
 	"github.com/anvil-fleet/anvil/libs/events/natsserver"
 	"github.com/anvil-fleet/anvil/libs/kubeharness"
 	"github.com/anvil-fleet/anvil/services/boot/api/simassets"
@@ -49,18 +50,23 @@ func (p *proc) vmHWM() int64 {
 	return -1
 }
 
-// BenchmarkFleet1000 takes a simulated fleet (ANVIL_E2E_BENCH_N, default
-// 1000 machines) through the whole path against the real stack, each
+// BenchmarkFleet1000 takes a simulated fleet (1000 machines; ANVIL_BENCH_SCALE
+// sets the size, docs/performance.md, and ANVIL_E2E_BENCH_N, if set, the
+// exact number) through the whole path against the real stack, each
 // service its own process on one nats-server, and a real kube-apiserver:
 // boot and self-register, assign (hostname and pool over the HTTP API),
-// provision (the first apply), roll out a new revision, done. It reports
-// each phase's time and every service's peak RSS (VmHWM).
+// provision (the first apply), wait until every machine has a Ready Node,
+// roll out a new revision, done. It reports each phase's time, every
+// service's peak RSS (VmHWM) and how many machines took each path in each
+// rollout (cordoned and drained, provisioned without a node); it fails if a
+// machine with a Node skipped cordon and drain.
 //
 //	go test -run '^$' -bench BenchmarkFleet1000 -benchtime 1x -timeout 60m ./e2e/
 func BenchmarkFleet1000(b *testing.B) {
-	n := 1000
+	n := eventstest.BenchSize(b, "machines", 1000, 5)
 	if v, err := strconv.Atoi(os.Getenv("ANVIL_E2E_BENCH_N")); err == nil && v > 0 {
 		n = v
+		b.Logf("size: %d machines (ANVIL_E2E_BENCH_N)", n)
 	}
 	for b.Loop() {
 		fleet1000(b, n)
@@ -108,9 +114,9 @@ func fleet1000(b *testing.B, n int) {
 			"ANVIL_BOOT_PUBLIC_URL=http://" + boot,
 			"ANVIL_REVISIONS_ENCRYPTION_KEYS=k1:" + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{7}, 32))}},
 		{"rollout", []string{"ANVIL_ROLLOUT_ADMIN_ADDR=", "ANVIL_ROLLOUT_POLL=500ms", "ANVIL_ROLLOUT_REPLAN=5s", "ANVIL_ROLLOUT_LEASE_TTL=10s"}},
-		{"boot", []string{"ANVIL_BOOT_ADDR=" + boot, "ANVIL_BOOT_IPXE_RETRY_INITIAL=200ms", "ANVIL_BOOT_IPXE_RETRY_MAX=2s",
+		{"boot", []string{"ANVIL_BOOT_ADMIN_ADDR=", "ANVIL_BOOT_ADDR=" + boot, "ANVIL_BOOT_IPXE_RETRY_INITIAL=200ms", "ANVIL_BOOT_IPXE_RETRY_MAX=2s",
 			"ANVIL_BOOT_ASSETS_DIR=" + assets}},
-		{"gateway", []string{"ANVIL_GATEWAY_ADDR=" + gw, "ANVIL_ADMIN_TOKEN_HASH=" + hex.EncodeToString(sum[:])}},
+		{"gateway", []string{"ANVIL_GATEWAY_ADMIN_ADDR=", "ANVIL_GATEWAY_ADDR=" + gw, "ANVIL_ADMIN_TOKEN_HASH=" + hex.EncodeToString(sum[:])}},
 	}
 	var procs []*proc
 	for _, s := range services {
@@ -162,8 +168,10 @@ func fleet1000(b *testing.B, n int) {
 	lap := time.Now()
 	phase := func(what string) {
 		d := time.Since(lap)
-		phases = append(phases, fmt.Sprintf("%-46s %9s", what, d.Round(10*time.Millisecond)))
-		b.Logf("%-46s %9s", what, d.Round(10*time.Millisecond))
+		phases = append(phases, fmt.Sprintf("%s %s", what, d.Round(10*time.Millisecond)))
+		// live on stderr: the benchmark's log shows at its end, and only
+		// its first ten lines
+		fmt.Fprintf(os.Stderr, "%-46s %9s\n", what, d.Round(10*time.Millisecond))
 		lap = time.Now()
 	}
 	// the processes listen a moment after they start; the gateway answers
@@ -190,18 +198,73 @@ func fleet1000(b *testing.B, n int) {
 	phase("named and assigned over the HTTP API")
 	ro, err := s.ApplyRevision(ctx, 1)
 	must(b, err)
-	r, err := s.WaitRollout(ctx, ro.ID, "succeeded", "failed", "aborted")
+	r, err := s.WaitRolloutStatus(ctx, ro.ID, "succeeded", "failed", "aborted")
 	must(b, err)
 	if r.Status != "succeeded" || r.Progress.Done != n {
 		b.Fatalf("provisioning: %s %+v %s", r.Status, r.Progress, r.Reason)
 	}
+	// paths counts a finished rollout's machines by the path they took, from
+	// its operation log: cordon and drain succeeded, or neither ran (no
+	// node: provisioned straight to the reboot).
+	paths := func(id string) machinePaths {
+		log, err := s.Log(ctx, id)
+		must(b, err)
+		steps := map[string]map[string]bool{}
+		var p machinePaths
+		for _, e := range log {
+			if e.Machine == "" {
+				continue
+			}
+			if steps[e.Machine] == nil {
+				steps[e.Machine] = map[string]bool{}
+			}
+			if e.Outcome == "succeeded" {
+				steps[e.Machine][e.Step] = true
+			}
+			if e.Outcome == "done" {
+				p.done++
+			}
+		}
+		for _, st := range steps {
+			switch {
+			case st["cordon"] && st["drain"]:
+				p.cordonedDrained++
+			case !st["cordon"] && !st["drain"]:
+				p.noNode++
+			default:
+				p.other++
+			}
+		}
+		return p
+	}
+	provisioned := paths(r.ID)
 	phase("provisioned (apply revision 1: Ignition, join)")
+	// Every machine joined (a Ready Node) and the registry holds it ready,
+	// so that the rollout cordons and drains each one.
+	must(b, story.Poll(ctx, 200*time.Millisecond, func() (bool, error) {
+		ready, _, total, err := s.NodesReady(ctx)
+		if err != nil || ready != n || total != n {
+			return false, nil
+		}
+		ms, err := s.Machines(ctx, s.Opts.Pool)
+		if err != nil {
+			return false, nil
+		}
+		c := story.Counts(ms)
+		return c["ready"] == n, nil
+	}))
+	phase(fmt.Sprintf("%d Nodes Ready, %d machines ready", n, n))
 	_, ro, err = s.ChangeVersion(ctx, "1.37")
 	must(b, err)
-	r, err = s.WaitRollout(ctx, ro.ID, "succeeded", "failed", "aborted")
+	r, err = s.WaitRolloutStatus(ctx, ro.ID, "succeeded", "failed", "aborted")
 	must(b, err)
 	if r.Status != "succeeded" || r.Progress.Done != n {
 		b.Fatalf("rollout: %s %+v %s", r.Status, r.Progress, r.Reason)
+	}
+	rolled := paths(r.ID)
+	if rolled.cordonedDrained != n || rolled.done != n {
+		b.Fatalf("rollout %s: every machine had a Ready Node, yet only %d of %d were cordoned and drained (%d went through without a node, %d only in part; %d done)",
+			r.ID, rolled.cordonedDrained, n, rolled.noNode, rolled.other, rolled.done)
 	}
 	phase("rolled out revision 2 (maxUnavailable 10%)")
 	total := time.Since(begin)
@@ -211,9 +274,16 @@ func fleet1000(b *testing.B, n int) {
 		rss = append(rss, fmt.Sprintf("%s %d MiB", p.name, hwm>>20))
 		b.ReportMetric(float64(hwm)/(1<<20), p.name+"-peak-MiB")
 	}
-	b.Logf("%d machines:\n  %s\npeak RSS (VmHWM): %s\ntotal %s (with the build), reboots %d",
-		n, strings.Join(phases, "\n  "), strings.Join(rss, ", "), total.Round(time.Second), s.Fleet.TotalReboots())
+	b.ReportMetric(float64(rolled.cordonedDrained), "cordoned_drained")
+	b.ReportMetric(float64(rolled.noNode), "no_node")
+	// one line each: go test shows only the first ten lines of a benchmark's log
+	b.Logf("%d machines: %s; total %s (with the build)", n, strings.Join(phases, "; "), total.Round(time.Second))
+	b.Logf("paths: provisioning %d provisioned without a node, %d cordoned and drained; rollout %d cordoned and drained, %d without a node; %d reboots; peak RSS (VmHWM): %s",
+		provisioned.noNode, provisioned.cordonedDrained, rolled.cordonedDrained, rolled.noNode, s.Fleet.TotalReboots(), strings.Join(rss, ", "))
 }
+
+// machinePaths counts a finished rollout's machines by the path they took.
+type machinePaths struct{ done, cordonedDrained, noNode, other int }
 
 func tailString(s string, n int) string {
 	if len(s) > n {

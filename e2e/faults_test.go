@@ -11,11 +11,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/anvil-fleet/anvil/client"
 	"github.com/anvil-fleet/anvil/demo/story"
 	"github.com/anvil-fleet/anvil/libs/kubeharness"
-	regapi "github.com/anvil-fleet/anvil/services/registry/api"
 	rolloutapi "github.com/anvil-fleet/anvil/services/rollout/api"
-	"github.com/anvil-fleet/anvil/services/rollout/domain/operation"
 	"github.com/anvil-fleet/anvil/sim"
 )
 
@@ -35,8 +34,8 @@ func cordonedNodes(t *testing.T, s *story.Story) []string {
 }
 
 func machineStatus(s *story.Story, uuid string) string {
-	var m regapi.Machine
-	if err := s.API.Do(context.Background(), "GET", s.Path("/machines/"+uuid), nil, &m); err != nil {
+	m, err := s.API.GetMachine(context.Background(), uuid)
+	if err != nil {
 		return err.Error()
 	}
 	return string(m.Status)
@@ -53,7 +52,7 @@ func hangThenRetry(t *testing.T, env *story.Env) {
 	before := reboots(s.Pre)
 	_, ro, err := s.ChangeVersion(ctx, "1.37")
 	must(t, err)
-	r, err := s.WaitRollout(ctx, ro.ID, "failed", "succeeded", "aborted")
+	r, err := s.WaitRolloutStatus(ctx, ro.ID, "failed", "succeeded", "aborted")
 	must(t, err)
 	if r.Status != "failed" || !strings.Contains(r.Reason, "wait_boot timed out after 1m0s") || r.Progress.NotStarted != 2 {
 		t.Fatalf("want failed at wait_boot: %s %q %+v", r.Status, r.Reason, r.Progress)
@@ -66,8 +65,9 @@ func hangThenRetry(t *testing.T, env *story.Env) {
 		return st == "failed", st
 	})
 	s.Pre[0].Hang(false)
-	must(t, s.API.Do(ctx, "POST", s.Path("/rollouts/"+ro.ID+"/retry"), map[string]string{"reason": "it is back"}, nil))
-	r, err = s.WaitRollout(ctx, ro.ID, "succeeded", "failed", "aborted")
+	_, err = s.API.RetryRollout(ctx, ro.ID, "it is back")
+	must(t, err)
+	r, err = s.WaitRolloutStatus(ctx, ro.ID, "succeeded", "failed", "aborted")
 	must(t, err)
 	if r.Status != "succeeded" || r.Progress.Done != 3 {
 		t.Fatalf("after retry: %s %+v %s", r.Status, r.Progress, r.Reason)
@@ -100,21 +100,22 @@ func neverJoins(t *testing.T, env *story.Env) {
 		return p == sim.PhaseRebooting, string(p)
 	})
 	s.Pre[0].NeverJoin(true)
-	r, err := s.WaitRollout(ctx, ro.ID, "failed", "succeeded", "aborted")
+	r, err := s.WaitRolloutStatus(ctx, ro.ID, "failed", "succeeded", "aborted")
 	must(t, err)
 	if r.Status != "failed" || !strings.Contains(r.Reason, "wait_ready timed out") || r.Progress.NotStarted != 1 {
 		t.Fatalf("want failed at wait_ready: %s %q %+v", r.Status, r.Reason, r.Progress)
 	}
 	entries, err := s.Log(ctx, ro.ID)
 	must(t, err)
-	if !slices.ContainsFunc(entries, func(e operation.Entry) bool {
+	if !slices.ContainsFunc(entries, func(e client.LogEntry) bool {
 		return e.Node == "join-01" && e.Step == "wait_boot" && e.Outcome == "succeeded"
 	}) {
 		t.Fatalf("join-01 should have booted its revision before failing to join")
 	}
 	s.Pre[0].NeverJoin(false)
-	must(t, s.API.Do(ctx, "POST", s.Path("/rollouts/"+ro.ID+"/retry"), nil, nil))
-	r, err = s.WaitRollout(ctx, ro.ID, "succeeded", "failed", "aborted")
+	_, err = s.API.RetryRollout(ctx, ro.ID, "")
+	must(t, err)
+	r, err = s.WaitRolloutStatus(ctx, ro.ID, "succeeded", "failed", "aborted")
 	must(t, err)
 	if r.Status != "succeeded" || r.Progress.Done != 2 {
 		t.Fatalf("after retry: %s %+v %s", r.Status, r.Progress, r.Reason)
@@ -131,7 +132,8 @@ func maintenanceAndDelete(t *testing.T, env *story.Env) {
 	must(t, err)
 	m1, m2 := s.Pre[0].UUID(), s.Pre[1].UUID()
 
-	must(t, s.API.Do(ctx, "POST", s.Path("/machines/"+m1+"/maintenance/on"), nil, nil))
+	_, err = s.API.EnterMaintenance(ctx, m1)
+	must(t, err)
 	eventually(t, "ops-01 in maintenance", time.Minute, func() (bool, string) { st := machineStatus(s, m1); return st == "maintenance", st })
 	if c := cordonedNodes(t, s); !slices.Equal(c, []string{"ops-01"}) {
 		t.Fatalf("cordoned %v", c)
@@ -141,8 +143,8 @@ func maintenanceAndDelete(t *testing.T, env *story.Env) {
 	if len(pods) != 0 {
 		t.Fatalf("%d pods left on ops-01 in maintenance", len(pods))
 	}
-	var ops rolloutapi.OperationList
-	must(t, s.API.Do(ctx, "GET", s.Path("/operations?kind="+rolloutapi.KindMaintenanceEnter), nil, &ops))
+	ops, err := s.API.ListOperations(ctx, client.OperationFilter{Kind: rolloutapi.KindMaintenanceEnter})
+	must(t, err)
 	if len(ops.Items) != 1 || ops.Items[0].Kind != rolloutapi.KindMaintenanceEnter || ops.Items[0].Status != "succeeded" {
 		t.Fatalf("operations %+v", ops.Items)
 	}
@@ -150,13 +152,14 @@ func maintenanceAndDelete(t *testing.T, env *story.Env) {
 	must(t, err)
 	var steps []string
 	for _, e := range log {
-		steps = append(steps, string(e.Step)+" "+e.Outcome)
+		steps = append(steps, e.Step+" "+e.Outcome)
 	}
 	if got := strings.Join(steps, ", "); got != " started, cordon started, cordon succeeded, drain started, drain succeeded, complete started, complete succeeded,  succeeded" {
 		t.Fatalf("maintenance log: %s", got)
 	}
 
-	must(t, s.API.Do(ctx, "POST", s.Path("/machines/"+m1+"/maintenance/off"), nil, nil))
+	_, err = s.API.ExitMaintenance(ctx, m1)
+	must(t, err)
 	eventually(t, "ops-01 ready and uncordoned", time.Minute, func() (bool, string) {
 		c := cordonedNodes(t, s)
 		st := machineStatus(s, m1)
@@ -164,18 +167,24 @@ func maintenanceAndDelete(t *testing.T, env *story.Env) {
 	})
 
 	s.Fleet.Machine(m2).NeverJoin(true) // powered off for good: its node must not come back
-	must(t, s.API.Do(ctx, "DELETE", s.Path("/machines/"+m2+"?policy=graceful"), nil, nil))
+	_, err = s.API.DeleteMachine(ctx, m2, client.DeleteGraceful)
+	must(t, err)
 	eventually(t, "ops-02 deleted", time.Minute, func() (bool, string) {
-		err := s.API.Do(ctx, "GET", s.Path("/machines/"+m2), nil, nil)
-		return story.StatusOf(err) == 404, fmt.Sprint(err)
+		_, err := s.API.GetMachine(ctx, m2)
+		return client.IsNotFound(err), fmt.Sprint(err)
 	})
 	if _, err := env.Kube.Client.CoreV1().Nodes().Get(ctx, "ops-02", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("node ops-02 after the delete: %v", err)
 	}
-	must(t, s.API.Do(ctx, "GET", s.Path("/operations?kind="+rolloutapi.KindDeletion), nil, &ops))
-	if len(ops.Items) != 1 || ops.Items[0].Status != "succeeded" || ops.Items[0].Machine != m2 {
-		t.Fatalf("deletion operations %+v", ops.Items)
-	}
+	// the registry removes the machine in the operation's last step, which
+	// succeeds a moment later
+	eventually(t, "the deletion operation succeeded", time.Minute, func() (bool, string) {
+		ops, err := s.API.ListOperations(ctx, client.OperationFilter{Kind: rolloutapi.KindDeletion})
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(ops.Items) == 1 && ops.Items[0].Status == "succeeded" && ops.Items[0].Machine == m2, fmt.Sprintf("deletion operations %+v", ops.Items)
+	})
 }
 
 // stackRestart: every service and the embedded server stop while a
@@ -198,7 +207,7 @@ func stackRestart(t *testing.T, env *story.Env) {
 	}
 	t.Logf("restarting the whole stack with the rollout at %+v", r.Progress)
 	must(t, env.RestartStack(ctx))
-	r, err = s.WaitRollout(ctx, ro.ID, "succeeded", "failed", "aborted")
+	r, err = s.WaitRolloutStatus(ctx, ro.ID, "succeeded", "failed", "aborted")
 	must(t, err)
 	if r.Status != "succeeded" || r.Progress.Done != 6 {
 		t.Fatalf("after the restart: %s %+v %s", r.Status, r.Progress, r.Reason)

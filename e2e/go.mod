@@ -3,6 +3,7 @@ module github.com/anvil-fleet/anvil/e2e
 go 1.26.0
 
 require (
+	github.com/anvil-fleet/anvil/client v0.0.0
 	github.com/anvil-fleet/anvil/demo v0.0.0
 	github.com/anvil-fleet/anvil/devstack v0.0.0
 	github.com/anvil-fleet/anvil/libs/events v0.0.0
@@ -142,6 +143,7 @@ require (
 
 replace (
 	github.com/anvil-fleet/anvil/agent => ../agent
+	github.com/anvil-fleet/anvil/client => ../client
 	github.com/anvil-fleet/anvil/demo => ../demo
 	github.com/anvil-fleet/anvil/devstack => ../devstack
 	github.com/anvil-fleet/anvil/libs/events => ../libs/events

@@ -94,7 +94,7 @@ func newStory(t *testing.T, env *story.Env, org string, n int, mut func(*story.O
 	}
 	ro, err := s.ApplyRevision(ctx, 1)
 	must(t, err)
-	r, err := s.WaitRollout(ctx, ro.ID, "succeeded", "failed", "aborted")
+	r, err := s.WaitRolloutStatus(ctx, ro.ID, "succeeded", "failed", "aborted")
 	must(t, err)
 	if r.Status != "succeeded" || r.Progress.Done != n+s.Opts.Booted {
 		t.Fatalf("provisioning of %s: %s %+v %s", org, r.Status, r.Progress, r.Reason)

@@ -13,9 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/anvil-fleet/anvil/client"
 	"github.com/anvil-fleet/anvil/libs/kubeharness"
-	rolloutapi "github.com/anvil-fleet/anvil/services/rollout/api"
-	"github.com/anvil-fleet/anvil/services/rollout/domain/operation"
 )
 
 // TestRealKubelet is the whole story on a real node: a QEMU machine with
@@ -39,16 +38,16 @@ func TestRealKubelet(t *testing.T) {
 		t.Fatal("the control plane has no join material (kubeharness.WithKubeadm)")
 	}
 	t.Logf("control plane advertised to the VM at %s (bootstrap token %s.…)", join.APIServerURL, join.TokenID)
-	rm.setUp(map[string]any{
-		"name": "metal", "api_endpoint": join.APIServerURL, "kubernetes_version": rmKubernetes,
-		"kubeconfig": string(kube.Kubeconfig), "bootstrap_token": join.Token, "ca_cert_hash": join.CACertHash,
+	rm.setUp(client.ClusterCreate{
+		Name: "metal", APIEndpoint: join.APIServerURL, KubernetesVersion: rmKubernetes,
+		Kubeconfig: string(kube.Kubeconfig), BootstrapToken: join.Token, CACertHash: join.CACertHash,
 	})
-	taint := map[string]string{"key": "anvil.dev/dedicated", "value": "metal", "effect": "NoSchedule"}
-	rm.must(rm.api.Retry(ctx, "POST", rm.path("/pools"), poolBody("metal", "metal", "1", true, []map[string]string{taint}), nil))
+	taint := client.Taint{Key: "anvil.dev/dedicated", Value: "metal", Effect: "NoSchedule"}
+	rm.createPool("1", []client.Taint{taint})
 
 	const uuid = "4c4c4544-0035-4b10-8056-b7c04f4e3b02"
 	const host = "metal-k8s-01"
-	rm.must(rm.api.Retry(ctx, "POST", rm.path("/machines"), map[string]any{"uuid": uuid, "hostname": host, "pool": "metal"}, nil))
+	rm.preregister(uuid, host)
 	vm := rm.powerOn(uuid, 2048)
 	powerOn := time.Now()
 	since := func(t0 time.Time) string { return time.Since(t0).Round(time.Second).String() }
@@ -115,7 +114,7 @@ func TestRealKubelet(t *testing.T) {
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: app},
 				Spec: corev1.PodSpec{
-					Tolerations: []corev1.Toleration{{Key: taint["key"], Operator: corev1.TolerationOpEqual, Value: taint["value"], Effect: corev1.TaintEffectNoSchedule}},
+					Tolerations: []corev1.Toleration{{Key: taint.Key, Operator: corev1.TolerationOpEqual, Value: taint.Value, Effect: corev1.TaintEffectNoSchedule}},
 					Containers: []corev1.Container{{
 						Name: "web", Image: arts.SleeperImage, ImagePullPolicy: corev1.PullNever,
 						Env: []corev1.EnvVar{{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}}},
@@ -157,9 +156,9 @@ func TestRealKubelet(t *testing.T) {
 	}
 
 	// 3. Save & Apply a new node label: a reboot-needing change.
-	rm.must(rm.api.Retry(ctx, "PUT", rm.path("/pools/metal"), poolBody("", "", "2", true, []map[string]string{taint}), nil))
+	rm.updatePool("2", []client.Taint{taint})
 	applied := time.Now()
-	var ro rolloutapi.Rollout
+	var ro client.Rollout
 	cordonedSeen, drainedSeen := false, false
 	rm.eventually(vm, "the rollout of revision 2 succeeds", 25*time.Minute, func() (bool, string) {
 		if n, err := kube.Client.CoreV1().Nodes().Get(ctx, host, metav1.GetOptions{}); err == nil && n.Spec.Unschedulable {
@@ -210,17 +209,17 @@ func TestRealKubelet(t *testing.T) {
 	}
 
 	// The operation log tells the story, step by step, for this machine.
-	var full rolloutapi.LogPage
-	rm.must(rm.api.Do(ctx, "GET", rm.path("/operations/"+ro.ID+"/log?limit=1000"), nil, &full))
+	full, err := rm.api.GetOperationLog(ctx, ro.ID, 0, 1000)
+	rm.must(err)
 	var steps []string
 	for _, e := range full.Entries {
 		if e.Machine == uuid && e.Outcome == "succeeded" {
-			steps = append(steps, string(e.Step))
+			steps = append(steps, e.Step)
 		}
 	}
 	// wait_ready took the Node's readiness from the kubelet of the new boot,
 	// not the Ready status left over from before the reboot.
-	if !slices.ContainsFunc(full.Entries, func(e operation.Entry) bool {
+	if !slices.ContainsFunc(full.Entries, func(e client.LogEntry) bool {
 		return e.Machine == uuid && e.Step == "wait_ready" && e.Outcome == "succeeded" && strings.Contains(e.Message, "new boot")
 	}) {
 		t.Error("wait_ready did not wait for the kubelet of the new boot")
@@ -237,13 +236,8 @@ func TestRealKubelet(t *testing.T) {
 	t.Logf("the rollout's log:\n%s", strings.Join(lines, "\n"))
 
 	// The audit trail names the same steps as events of the rollout.
-	var page struct {
-		Items []struct {
-			Type  string `json:"type"`
-			Actor string `json:"actor"`
-		} `json:"items"`
-	}
-	rm.must(rm.api.Do(ctx, "GET", rm.path("/events?aggregate=rollout/"+ro.ID+"&limit=500"), nil, &page))
+	page, err := rm.api.ListEvents(ctx, client.EventFilter{Aggregate: "rollout/" + ro.ID, ListOptions: client.ListOptions{Limit: 500}})
+	rm.must(err)
 	types := map[string]int{}
 	for _, e := range page.Items {
 		types[e.Type]++
@@ -257,8 +251,8 @@ func TestRealKubelet(t *testing.T) {
 		registered.Round(time.Second), firstReady.Round(time.Second), rolledOut.Round(time.Second), since(powerOn), since(rm.started))
 }
 
-func hasTaint(n *corev1.Node, want map[string]string) bool {
+func hasTaint(n *corev1.Node, want client.Taint) bool {
 	return slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool {
-		return t.Key == want["key"] && t.Value == want["value"] && string(t.Effect) == want["effect"]
+		return t.Key == want.Key && t.Value == want.Value && string(t.Effect) == want.Effect
 	})
 }

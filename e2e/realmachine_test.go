@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,12 +17,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anvil-fleet/anvil/client"
 	"github.com/anvil-fleet/anvil/demo/story"
 	"github.com/anvil-fleet/anvil/devstack"
 	"github.com/anvil-fleet/anvil/libs/events/eventstest"
 	"github.com/anvil-fleet/anvil/libs/kubeharness"
-	regapi "github.com/anvil-fleet/anvil/services/registry/api"
-	rolloutapi "github.com/anvil-fleet/anvil/services/rollout/api"
 )
 
 // The test OS stands in for Flatcar in the boot service's local mirror
@@ -50,10 +48,11 @@ type realMachine struct {
 	stack   *devstack.Stack
 	logs    *eventstest.SyncBuffer
 	assets  string
-	nodeDir string // tools/kubebins/node's artifacts: kubelet, kubeadm, the sysext, images
-	public  string // the boot service's URL as the VM reaches it
-	admin   *story.Client
-	api     *story.Client
+	nodeDir string         // tools/kubebins/node's artifacts: kubelet, kubeadm, the sysext, images
+	public  string         // the boot service's URL as the VM reaches it
+	gateway string         // the gateway's URL
+	admin   *client.Client // the bootstrap admin's, in the organization
+	api     *client.Client // the organization's admin token's
 	org     string
 	enroll  string
 	qemu    string
@@ -211,14 +210,15 @@ func newRealMachine(t *testing.T, variant string, kubeOpts ...kubeharness.Option
 		t.Fatal(err)
 	}
 	rm.stack = st
-	rm.admin = &story.Client{Base: "http://" + gatewayAddr, Token: token}
+	rm.gateway = "http://" + gatewayAddr
+	rm.admin, err = client.New(client.Options{BaseURL: rm.gateway, Token: token, Org: rm.org})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for {
-		res, err := http.Get(rm.admin.Base + "/readyz")
+		err := rm.admin.Readyz(ctx)
 		if err == nil {
-			res.Body.Close()
-			if res.StatusCode == 200 {
-				break
-			}
+			break
 		}
 		if ctx.Err() != nil {
 			t.Fatalf("the gateway never became ready: %v", err)
@@ -235,71 +235,97 @@ func (rm *realMachine) must(err error) {
 	}
 }
 
-func (rm *realMachine) path(p string) string { return "/api/v1/orgs/" + rm.org + p }
-
 // setUp creates the organization, its tokens and the cluster.
-func (rm *realMachine) setUp(cluster map[string]any) {
+func (rm *realMachine) setUp(cluster client.ClusterCreate) {
 	rm.t.Helper()
 	ctx := rm.ctx
-	rm.must(rm.admin.Retry(ctx, "POST", "/api/v1/orgs", map[string]string{"id": rm.org, "display_name": "Metal"}, nil))
-	var tok struct{ Token string }
-	rm.must(rm.admin.Retry(ctx, "POST", rm.path("/tokens"), map[string]string{"name": "ops", "role": "admin"}, &tok, 503, 404))
-	rm.api = &story.Client{Base: rm.admin.Base, Token: tok.Token}
-	var en struct{ Token string }
-	rm.must(rm.admin.Retry(ctx, "POST", rm.path("/enrollment-tokens"), map[string]string{"name": "rack-1"}, &en, 503, 404))
+	rm.must(story.Retry(ctx, func() error {
+		_, err := rm.admin.CreateOrg(ctx, client.OrgCreate{ID: rm.org, DisplayName: "Metal"})
+		return err
+	}))
+	var tok, en *client.TokenIssued
+	rm.must(story.Retry(ctx, func() (err error) {
+		tok, err = rm.admin.CreateToken(ctx, client.TokenCreate{Name: "ops", Role: client.RoleAdmin})
+		return err
+	}, 503, 404))
+	api, err := client.New(client.Options{BaseURL: rm.gateway, Token: tok.Token, Org: rm.org})
+	rm.must(err)
+	rm.api = api
+	rm.must(story.Retry(ctx, func() (err error) {
+		en, err = rm.admin.CreateEnrollmentToken(ctx, client.EnrollmentTokenCreate{Name: "rack-1"})
+		return err
+	}, 503, 404))
 	rm.enroll = en.Token
-	rm.must(rm.api.Retry(ctx, "GET", rm.path(""), nil, nil, 503, 401, 404))
-	rm.must(rm.api.Retry(ctx, "POST", rm.path("/clusters"), cluster, nil))
+	rm.must(story.Retry(ctx, func() error { _, err := rm.api.GetOrg(ctx); return err }, 503, 401, 404))
+	rm.must(story.Retry(ctx, func() error { _, err := rm.api.CreateCluster(ctx, cluster); return err }))
 }
 
-// poolBody is the pool: the test OS as its Flatcar, a node label that
+// poolSpec is the pool: the test OS as its Flatcar, a node label that
 // changes with gen (a change that needs a reboot), and taints.
-func poolBody(name, cluster, gen string, apply bool, taints []map[string]string) map[string]any {
-	b := map[string]any{
-		"display_name": "Metal workers",
-		"kubernetes":   map[string]string{"minor": rmKubernetes[:strings.LastIndex(rmKubernetes, ".")]},
-		"flatcar":      map[string]string{"channel": testOSChannel, "version": testOSVersion},
-		"node_labels":  map[string]string{"anvil.dev/gen": gen, "anvil.dev/metal": "true"},
-		"rollout":      map[string]any{"max_unavailable": "1", "drain_timeout": "3m", "node_ready_timeout": "10m"},
-		"apply":        apply,
+func poolSpec(gen string, taints []client.Taint) client.PoolSpec {
+	return client.PoolSpec{
+		DisplayName: "Metal workers",
+		PoolConfig: client.PoolConfig{
+			Kubernetes: client.Kubernetes{Minor: rmKubernetes[:strings.LastIndex(rmKubernetes, ".")]},
+			Flatcar:    client.Flatcar{Channel: testOSChannel, Version: testOSVersion},
+			NodeLabels: map[string]string{"anvil.dev/gen": gen, "anvil.dev/metal": "true"},
+			Taints:     taints,
+		},
+		Rollout: client.PoolRollout{MaxUnavailable: "1", DrainTimeout: "3m", NodeReadyTimeout: "10m"},
 	}
-	if name != "" {
-		b["name"], b["cluster"] = name, cluster
-	}
-	if taints != nil {
-		b["taints"] = taints
-	}
-	return b
+}
+
+// createPool saves and applies the pool metal at gen.
+func (rm *realMachine) createPool(gen string, taints []client.Taint) {
+	rm.t.Helper()
+	p := client.PoolCreate{Name: "metal", Cluster: "metal", PoolSpec: poolSpec(gen, taints), Apply: true}
+	rm.must(story.Retry(rm.ctx, func() error { _, err := rm.api.CreatePool(rm.ctx, p); return err }))
+}
+
+// updatePool saves and applies the pool metal at gen.
+func (rm *realMachine) updatePool(gen string, taints []client.Taint) {
+	rm.t.Helper()
+	p := client.PoolUpdate{PoolSpec: poolSpec(gen, taints), Apply: true}
+	rm.must(story.Retry(rm.ctx, func() error { _, err := rm.api.UpdatePool(rm.ctx, "metal", p); return err }))
+}
+
+// preregister registers the machine into the pool metal.
+func (rm *realMachine) preregister(uuid, host string) {
+	rm.t.Helper()
+	m := client.MachinePreregister{UUID: uuid, Hostname: host, Pool: "metal"}
+	rm.must(story.Retry(rm.ctx, func() error { _, err := rm.api.PreregisterMachine(rm.ctx, m); return err }))
 }
 
 // machine reads one machine through the API.
-func (rm *realMachine) machine(uuid string) (regapi.Machine, error) {
-	var m regapi.Machine
-	err := rm.api.Do(rm.ctx, "GET", rm.path("/machines/"+uuid), nil, &m)
-	return m, err
+func (rm *realMachine) machine(uuid string) (client.Machine, error) {
+	m, err := rm.api.GetMachine(rm.ctx, uuid)
+	if err != nil {
+		return client.Machine{}, err
+	}
+	return *m, nil
 }
 
 // rolloutHolding returns the newest rollout that holds the machine.
-func (rm *realMachine) rolloutHolding(uuid string, revision uint64) (rolloutapi.Rollout, bool) {
-	var list struct{ Items []rolloutapi.Rollout }
-	if err := rm.api.Do(rm.ctx, "GET", rm.path("/rollouts?limit=100"), nil, &list); err != nil {
-		return rolloutapi.Rollout{}, false
+func (rm *realMachine) rolloutHolding(uuid string, revision uint64) (client.Rollout, bool) {
+	list, err := rm.api.ListRollouts(rm.ctx, client.RolloutFilter{ListOptions: client.ListOptions{Limit: 100}})
+	if err != nil {
+		return client.Rollout{}, false
 	}
 	for _, r := range list.Items {
 		if r.Revision != revision {
 			continue
 		}
-		var full rolloutapi.Rollout
-		if err := rm.api.Do(rm.ctx, "GET", rm.path("/rollouts/"+r.ID), nil, &full); err != nil {
+		full, err := rm.api.GetRollout(rm.ctx, r.ID)
+		if err != nil {
 			continue
 		}
 		for _, m := range full.Machines {
 			if m.UUID == uuid {
-				return full, true
+				return *full, true
 			}
 		}
 	}
-	return rolloutapi.Rollout{}, false
+	return client.Rollout{}, false
 }
 
 // eventually polls cond until it holds, failing after d with the last
@@ -408,19 +434,19 @@ func (rm *realMachine) powerOn(uuid string, memMB int) *qemuVM {
 // runs no kubelet; TestRealKubelet does).
 func TestRealMachine(t *testing.T) {
 	rm := newRealMachine(t, "")
-	rm.setUp(map[string]any{
-		"name": "metal", "api_endpoint": rm.kube.RESTConfig().Host, "kubernetes_version": rmKubernetes,
-		"kubeconfig": string(rm.kube.Kubeconfig), "bootstrap_token": "abcdef.0123456789abcdef",
-		"ca_cert_hash": "sha256:" + strings.Repeat("ab", 32),
+	rm.setUp(client.ClusterCreate{
+		Name: "metal", APIEndpoint: rm.kube.RESTConfig().Host, KubernetesVersion: rmKubernetes,
+		Kubeconfig: string(rm.kube.Kubeconfig), BootstrapToken: "abcdef.0123456789abcdef",
+		CACertHash: "sha256:" + strings.Repeat("ab", 32),
 	})
 	ctx := rm.ctx
 	// Save & Apply revision 1 before any machine exists: a machine that
 	// boots later provisions itself with it.
-	rm.must(rm.api.Retry(ctx, "POST", rm.path("/pools"), poolBody("metal", "metal", "1", true, nil), nil))
+	rm.createPool("1", nil)
 
 	const uuid = "4c4c4544-0035-4b10-8056-b7c04f4e3b01"
 	const host = "metal-01"
-	rm.must(rm.api.Retry(ctx, "POST", rm.path("/machines"), map[string]any{"uuid": uuid, "hostname": host, "pool": "metal"}, nil))
+	rm.preregister(uuid, host)
 
 	vm := rm.powerOn(uuid, 1536)
 	// A kubelet would register the Node once the machine runs; this test OS
@@ -449,10 +475,8 @@ func TestRealMachine(t *testing.T) {
 	if !ok || prov.Status != "succeeded" || !strings.Contains(prov.RequestedBy, "provisioning") {
 		t.Fatalf("the machine was not provisioned by its own rollout: %+v %q", prov.Progress, prov.RequestedBy)
 	}
-	var log struct {
-		Lines []string `json:"lines"`
-	}
-	rm.must(rm.api.Retry(ctx, "GET", rm.path("/machines/"+uuid+"/startup-log"), nil, &log, 404))
+	var log *client.StartupLog
+	rm.must(story.Retry(ctx, func() (err error) { log, err = rm.api.GetMachineStartupLog(ctx, uuid); return err }, 503, 404))
 	if len(log.Lines) == 0 || !strings.Contains(strings.Join(log.Lines, "\n"), "anvil-agent") {
 		t.Fatalf("startup log: %d lines: %v", len(log.Lines), log.Lines)
 	}
@@ -461,7 +485,7 @@ func TestRealMachine(t *testing.T) {
 	// Revision 2: a node label changes. The rollout cordons and drains the
 	// node, the agent takes the reboot instruction and reboots the VM, iPXE
 	// chains into revision 2, and the agent reports it.
-	rm.must(rm.api.Retry(ctx, "PUT", rm.path("/pools/metal"), poolBody("", "", "2", true, nil), nil))
+	rm.updatePool("2", nil)
 	reboot := time.Now()
 	rm.eventually(vm, "the machine reboots into revision 2 and the rollout succeeds", 12*time.Minute, func() (bool, string) {
 		r, ok := rm.rolloutHolding(uuid, 2)

@@ -2,7 +2,6 @@ package e2e_test
 
 import (
 	"context"
-	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -14,8 +13,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/anvil-fleet/anvil/client"
 	"github.com/anvil-fleet/anvil/demo/story"
-	"github.com/anvil-fleet/anvil/services/rollout/domain/operation"
 )
 
 // TestEndToEnd runs everything on one control plane and one stack (a
@@ -64,7 +63,7 @@ func seedStory(t *testing.T, env *story.Env) *story.Story {
 	must(t, err)
 	final, err := s.Watch(ctx, ro.ID, nil, nil)
 	must(t, err)
-	r, err := s.WaitRollout(ctx, ro.ID, "succeeded", "failed", "aborted")
+	r, err := s.WaitRolloutStatus(ctx, ro.ID, "succeeded", "failed", "aborted")
 	must(t, err)
 	if final != "succeeded" || r.Status != "succeeded" || r.Progress.Done != 25 || r.Progress.Total != 25 {
 		t.Fatalf("provisioning: stream said %q; %s %+v %s", final, r.Status, r.Progress, r.Reason)
@@ -81,21 +80,17 @@ func seedStory(t *testing.T, env *story.Env) *story.Story {
 	before := reboots(all(s))
 	tracer := provider.Tracer("e2e")
 	tctx, root := tracer.Start(context.Background(), "e2e save & apply")
-	s.API.Header = func(r *http.Request) {
-		propagation.TraceContext{}.Inject(tctx, propagation.HeaderCarrier(r.Header))
-	}
-	rev, ro, err := s.ChangeVersion(ctx, "1.37")
-	s.API.Header = nil
+	rev, ro, err := s.ChangeVersion(ctx, "1.37", traced(tctx)...)
 	root.End()
 	must(t, err)
 	if rev != 2 {
 		t.Fatalf("save & apply made revision %d, want 2", rev)
 	}
-	var live []operation.Entry
+	var live []client.LogEntry
 	var mu sync.Mutex
-	final, err = s.Watch(ctx, ro.ID, func(e operation.Entry) { mu.Lock(); live = append(live, e); mu.Unlock() }, nil)
+	final, err = s.Watch(ctx, ro.ID, func(e client.LogEntry) { mu.Lock(); live = append(live, e); mu.Unlock() }, nil)
 	must(t, err)
-	r, err = s.WaitRollout(ctx, ro.ID, "succeeded", "failed", "aborted")
+	r, err = s.WaitRolloutStatus(ctx, ro.ID, "succeeded", "failed", "aborted")
 	must(t, err)
 	if final != "succeeded" || r.Status != "succeeded" || r.Progress.Done != 25 || r.Rollback {
 		t.Fatalf("upgrade: stream said %q; %s %+v %s", final, r.Status, r.Progress, r.Reason)
@@ -128,7 +123,7 @@ func seedStory(t *testing.T, env *story.Env) *story.Story {
 		}
 		w := e.Outcome
 		if e.Step != "" {
-			w = string(e.Step) + " " + e.Outcome
+			w = e.Step + " " + e.Outcome
 		}
 		steps[e.Node] = append(steps[e.Node], w)
 	}
@@ -153,7 +148,7 @@ func seedStory(t *testing.T, env *story.Env) *story.Story {
 	must(t, err)
 	final, err = s.Watch(ctx, rb.ID, nil, nil)
 	must(t, err)
-	r, err = s.WaitRollout(ctx, rb.ID, "succeeded", "failed", "aborted")
+	r, err = s.WaitRolloutStatus(ctx, rb.ID, "succeeded", "failed", "aborted")
 	must(t, err)
 	if final != "succeeded" || r.Status != "succeeded" || !r.Rollback || r.Progress.Done != 25 {
 		t.Fatalf("rollback: %q %s rollback=%t %+v", final, r.Status, r.Rollback, r.Progress)
@@ -169,7 +164,7 @@ func seedStory(t *testing.T, env *story.Env) *story.Story {
 	}
 
 	// the audit events
-	evs, err := s.Events(ctx)
+	evs, err := s.Events(ctx, client.EventFilter{})
 	must(t, err)
 	count := map[string]int{}
 	admin := 0
@@ -189,7 +184,7 @@ func seedStory(t *testing.T, env *story.Env) *story.Story {
 	if admin < 6 {
 		t.Errorf("only %d pool events name the admin token as their actor", admin)
 	}
-	ev, err := s.Events(ctx, "aggregate", "pool/"+s.Opts.Pool, "type", "pool.apply_requested")
+	ev, err := s.Events(ctx, client.EventFilter{Aggregate: "pool/" + s.Opts.Pool, Types: []string{"pool.apply_requested"}})
 	if err != nil || len(ev) != 3 {
 		t.Fatalf("filtered events: %d %v", len(ev), err)
 	}
@@ -254,6 +249,17 @@ func watchCordons(t *testing.T, env *story.Env, prefix string) *cordonWatch {
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 	return w
+}
+
+// traced is the trace context of ctx as request headers (a traceparent).
+func traced(ctx context.Context) []client.CallOption {
+	carrier := propagation.HeaderCarrier{}
+	propagation.TraceContext{}.Inject(ctx, carrier)
+	var opts []client.CallOption
+	for _, k := range carrier.Keys() {
+		opts = append(opts, client.Header(k, carrier.Get(k)))
+	}
+	return opts
 }
 
 var _ = trace.TraceID{}

@@ -182,6 +182,3 @@ func (e *Env) Stop() error {
 	}
 	return errors.Join(errs...)
 }
-
-// Admin is a client with the bootstrap admin token.
-func (e *Env) Admin() *Client { return &Client{Base: e.GatewayURL, Token: e.AdminToken} }

@@ -2,13 +2,11 @@ package story
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"hash/fnv"
 	"log/slog"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -16,11 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/anvil-fleet/anvil/client"
 	"github.com/anvil-fleet/anvil/libs/kubeharness"
-	regapi "github.com/anvil-fleet/anvil/services/registry/api"
-	revapi "github.com/anvil-fleet/anvil/services/revisions/api"
-	rolloutapi "github.com/anvil-fleet/anvil/services/rollout/api"
-	"github.com/anvil-fleet/anvil/services/rollout/domain/operation"
 	"github.com/anvil-fleet/anvil/sim"
 )
 
@@ -70,9 +65,9 @@ func (o *Options) defaults() {
 type Story struct {
 	Env  *Env
 	Opts Options
-	// API is the organization's admin token's client; Operator and Viewer
-	// the other roles'.
-	API, Viewer *Client
+	// API is a client of the organization with its admin token, Viewer
+	// one with its viewer token (CreateOrg makes both).
+	API, Viewer *client.Client
 	Tokens      map[string]string // role → token; "enrollment" too
 	Fleet       *sim.Fleet
 	Pre, Booted []*sim.Machine // the pre-registered and the self-registered machines
@@ -87,88 +82,86 @@ func New(env *Env, o Options) *Story {
 	return &Story{Env: env, Opts: o, Tokens: map[string]string{}}
 }
 
-func (s *Story) orgPath(format string, args ...any) string {
-	if len(args) == 0 {
-		return "/api/v1/orgs/" + s.Opts.Org + format
-	}
-	return "/api/v1/orgs/" + s.Opts.Org + fmt.Sprintf(format, args...)
-}
-
-// Path is a path under /api/v1/orgs/<org>.
-func (s *Story) Path(p string) string { return "/api/v1/orgs/" + s.Opts.Org + p }
-
 // CreateOrg creates the organization with the bootstrap admin token, then
 // an admin and a viewer API token and an enrollment token for the
 // machines.
 func (s *Story) CreateOrg(ctx context.Context) error {
-	admin := s.Env.Admin()
-	err := admin.Retry(ctx, "POST", "/api/v1/orgs", map[string]string{"id": s.Opts.Org, "display_name": strings.ToUpper(s.Opts.Org[:1]) + s.Opts.Org[1:]}, nil)
-	if err != nil && StatusOf(err) != 409 {
+	admin, err := s.Env.Client(s.Env.AdminToken, s.Opts.Org)
+	if err != nil {
 		return err
 	}
-	for _, role := range []string{"admin", "viewer"} {
-		var tok struct{ Token string }
+	err = Retry(ctx, func() error {
+		_, err := admin.CreateOrg(ctx, client.OrgCreate{ID: s.Opts.Org, DisplayName: strings.ToUpper(s.Opts.Org[:1]) + s.Opts.Org[1:]})
+		return err
+	})
+	if err != nil && !client.IsConflict(err) {
+		return err
+	}
+	for _, role := range []client.Role{client.RoleAdmin, client.RoleViewer} {
 		// the org's projection follows the log: its tokens route may 404 a moment
-		if err := admin.Retry(ctx, "POST", s.orgPath("/tokens"), map[string]string{"name": "demo-" + role, "role": role}, &tok, 503, 404); err != nil {
+		tok, err := retryValue(ctx, func() (*client.TokenIssued, error) {
+			return admin.CreateToken(ctx, client.TokenCreate{Name: "demo-" + string(role), Role: role})
+		}, 503, 404)
+		if err != nil {
 			return fmt.Errorf("issuing the %s token: %w", role, err)
 		}
-		s.Tokens[role] = tok.Token
+		s.Tokens[string(role)] = tok.Token
 	}
-	var tok struct{ Token string }
-	if err := admin.Retry(ctx, "POST", s.orgPath("/enrollment-tokens"), map[string]string{"name": "rack-1"}, &tok, 503, 404); err != nil {
+	tok, err := retryValue(ctx, func() (*client.TokenIssued, error) {
+		return admin.CreateEnrollmentToken(ctx, client.EnrollmentTokenCreate{Name: "rack-1"})
+	}, 503, 404)
+	if err != nil {
 		return fmt.Errorf("issuing the enrollment token: %w", err)
 	}
 	s.Tokens["enrollment"] = tok.Token
-	s.API = &Client{Base: s.Env.GatewayURL, Token: s.Tokens["admin"]}
-	s.Viewer = &Client{Base: s.Env.GatewayURL, Token: s.Tokens["viewer"]}
+	if s.API, err = s.Env.Client(s.Tokens["admin"], s.Opts.Org); err != nil {
+		return err
+	}
+	if s.Viewer, err = s.Env.Client(s.Tokens["viewer"], s.Opts.Org); err != nil {
+		return err
+	}
 	// the new tokens are verified through the registry's projection
-	return s.API.Retry(ctx, "GET", s.orgPath(""), nil, nil, 503, 401, 404)
+	return Retry(ctx, func() error { _, err := s.API.GetOrg(ctx); return err }, 503, 401, 404)
 }
 
 // CreateCluster registers the harness's control plane as the cluster, with
 // its admin kubeconfig as the rollout's credentials.
 func (s *Story) CreateCluster(ctx context.Context) error {
 	cp := s.Env.Kube
-	body := map[string]any{
-		"name": s.Opts.Cluster, "api_endpoint": cp.RESTConfig().Host, "kubernetes_version": "1.37.1",
-		"kubeconfig": string(cp.Kubeconfig), "bootstrap_token": "abcdef.0123456789abcdef",
-		"ca_cert_hash": "sha256:" + strings.Repeat("ab", 32),
+	cl := client.ClusterCreate{
+		Name: s.Opts.Cluster, APIEndpoint: cp.RESTConfig().Host, KubernetesVersion: "1.37.1",
+		Kubeconfig: string(cp.Kubeconfig), BootstrapToken: "abcdef.0123456789abcdef",
+		CACertHash: "sha256:" + strings.Repeat("ab", 32),
 	}
-	return s.API.Retry(ctx, "POST", s.orgPath("/clusters"), body, nil)
-}
-
-// PoolBody is the body of a pool's POST or PUT.
-type PoolBody struct {
-	Name    string `json:"name,omitempty"`
-	Cluster string `json:"cluster,omitempty"`
-	revapi.PoolSpec
-	Apply bool `json:"apply,omitempty"`
+	return Retry(ctx, func() error { _, err := s.API.CreateCluster(ctx, cl); return err })
 }
 
 // Spec is the story's pool at a Kubernetes minor.
-func (s *Story) Spec(minor string) revapi.PoolSpec {
-	return revapi.PoolSpec{
+func (s *Story) Spec(minor string) client.PoolSpec {
+	return client.PoolSpec{
 		DisplayName: "Workers",
-		Kubernetes:  revapi.Kubernetes{Minor: minor},
-		Flatcar:     revapi.Flatcar{Channel: "stable", Version: "4230.2.3"},
-		NodeLabels:  map[string]string{"anvil.dev/tier": "general"},
-		Rollout: revapi.Rollout{MaxUnavailable: revapi.IntOrPercent(s.Opts.MaxUnavailable), DrainTimeout: "2m",
+		PoolConfig: client.PoolConfig{
+			Kubernetes: client.Kubernetes{Minor: minor},
+			Flatcar:    client.Flatcar{Channel: "stable", Version: "4230.2.3"},
+			NodeLabels: map[string]string{"anvil.dev/tier": "general"},
+		},
+		Rollout: client.PoolRollout{MaxUnavailable: client.IntOrPercent(s.Opts.MaxUnavailable), DrainTimeout: "2m",
 			NodeReadyTimeout: s.Opts.NodeReadyTimeout, Remediation: s.remediation()},
 	}
 }
 
-func (s *Story) remediation() *revapi.Remediation {
+func (s *Story) remediation() *client.Remediation {
 	if s.Opts.Remediation == nil {
 		return nil
 	}
-	return &revapi.Remediation{MaxInFlight: *s.Opts.Remediation}
+	return &client.Remediation{MaxInFlight: *s.Opts.Remediation}
 }
 
 // CreatePool saves the pool ("Save": revision 1, not rolled out yet).
-func (s *Story) CreatePool(ctx context.Context) (revapi.PoolChange, error) {
-	var c revapi.PoolChange
-	err := s.API.Retry(ctx, "POST", s.orgPath("/pools"), PoolBody{Name: s.Opts.Pool, Cluster: s.Opts.Cluster, PoolSpec: s.Spec(s.Opts.FromMinor)}, &c)
-	return c, err
+func (s *Story) CreatePool(ctx context.Context) (client.PoolChange, error) {
+	return retryValue(ctx, func() (*client.PoolChange, error) {
+		return s.API.CreatePool(ctx, client.PoolCreate{Name: s.Opts.Pool, Cluster: s.Opts.Cluster, PoolSpec: s.Spec(s.Opts.FromMinor)})
+	})
 }
 
 // UUID is the i-th machine's UUID (1-based); pre-registered machines come
@@ -213,9 +206,10 @@ func (s *Story) mac(i int) string {
 // pool) before they ever boot, then powers them on.
 func (s *Story) PreRegister(ctx context.Context) error {
 	for i := 1; i <= s.Opts.Preregistered; i++ {
-		body := map[string]any{"uuid": s.UUID(i), "hostname": s.Hostname(i), "pool": s.Opts.Pool,
-			"labels": map[string]string{"rack": "r1"}}
-		if err := s.API.Retry(ctx, "POST", s.orgPath("/machines"), body, nil); err != nil && StatusOf(err) != 409 {
+		m := client.MachinePreregister{UUID: s.UUID(i), Hostname: s.Hostname(i), Pool: s.Opts.Pool,
+			Labels: map[string]string{"rack": "r1"}}
+		err := Retry(ctx, func() error { _, err := s.API.PreregisterMachine(ctx, m); return err })
+		if err != nil && !client.IsConflict(err) {
 			return err
 		}
 		s.Pre = append(s.Pre, s.Fleet.Add(s.UUID(i), s.mac(i)))
@@ -231,28 +225,21 @@ func (s *Story) Boot(ctx context.Context) {
 	}
 }
 
-// Machines lists the organization's machines (all pages).
-func (s *Story) Machines(ctx context.Context, pool string) ([]regapi.Machine, error) {
-	var out []regapi.Machine
-	cursor := ""
-	for {
-		var page struct {
-			Items []regapi.Machine `json:"items"`
-			Next  string           `json:"next"`
-		}
-		if err := s.API.Do(ctx, "GET", s.Path("/machines"+q("pool", pool, "cursor", cursor, "limit", "500")), nil, &page); err != nil {
+// Machines lists the organization's machines (all pages), of one pool if
+// pool is set.
+func (s *Story) Machines(ctx context.Context, pool string) ([]client.Machine, error) {
+	var out []client.Machine
+	for m, err := range s.API.AllMachines(ctx, client.MachineFilter{Pool: pool, ListOptions: client.ListOptions{Limit: 500}}) {
+		if err != nil {
 			return nil, err
 		}
-		out = append(out, page.Items...)
-		if page.Next == "" {
-			return out, nil
-		}
-		cursor = page.Next
+		out = append(out, m)
 	}
+	return out, nil
 }
 
 // Counts counts machines by status.
-func Counts(ms []regapi.Machine) map[string]int {
+func Counts(ms []client.Machine) map[string]int {
 	out := map[string]int{}
 	for _, m := range ms {
 		out[string(m.Status)]++
@@ -286,7 +273,7 @@ func (s *Story) WaitRegistered(ctx context.Context, progress func(map[string]int
 		if progress != nil {
 			progress(c)
 		}
-		return c["pending"] == s.Opts.Preregistered && c["ready_unassigned"] == s.Opts.Booted, nil
+		return c[string(client.StatusPending)] == s.Opts.Preregistered && c[string(client.StatusReadyUnassigned)] == s.Opts.Booted, nil
 	})
 }
 
@@ -294,11 +281,14 @@ func (s *Story) WaitRegistered(ctx context.Context, progress func(map[string]int
 func (s *Story) Assign(ctx context.Context) error {
 	for i, m := range s.Booted {
 		host := s.Hostname(s.Opts.Preregistered + 1 + i)
-		path := s.orgPath("/machines/%s", m.UUID())
-		if err := s.API.Retry(ctx, "PATCH", path, map[string]any{"hostname": host, "labels": map[string]string{"rack": "r2"}}, nil); err != nil {
+		labels := map[string]string{"rack": "r2"}
+		if err := Retry(ctx, func() error {
+			_, err := s.API.UpdateMachine(ctx, m.UUID(), client.MachinePatch{Hostname: &host, Labels: &labels})
+			return err
+		}); err != nil {
 			return err
 		}
-		if err := s.API.Retry(ctx, "POST", path+"/assign", map[string]string{"pool": s.Opts.Pool}, nil); err != nil {
+		if err := Retry(ctx, func() error { _, err := s.API.AssignMachine(ctx, m.UUID(), s.Opts.Pool); return err }); err != nil {
 			return err
 		}
 	}
@@ -310,7 +300,7 @@ func (s *Story) Assign(ctx context.Context) error {
 		}
 		n := 0
 		for _, m := range ms {
-			if m.Status == "pending" && m.Hostname != "" {
+			if m.Status == client.StatusPending && m.Hostname != "" {
 				n++
 			}
 		}
@@ -328,25 +318,25 @@ func (s *Story) markApply() time.Time {
 // ApplyRevision rolls revision n of the pool out (the first apply
 // provisions the pending machines; an older revision is a rollback) and
 // returns the rollout it started.
-func (s *Story) ApplyRevision(ctx context.Context, n int) (rolloutapi.Rollout, error) {
+func (s *Story) ApplyRevision(ctx context.Context, n int) (client.Rollout, error) {
 	since := s.markApply()
-	var c revapi.PoolChange
-	if err := s.API.Retry(ctx, "POST", s.orgPath("/pools/%s/revisions/%d/apply", s.Opts.Pool, n), nil, &c); err != nil {
-		return rolloutapi.Rollout{}, err
+	if err := Retry(ctx, func() error { _, err := s.API.ApplyPoolRevision(ctx, s.Opts.Pool, n); return err }); err != nil {
+		return client.Rollout{}, err
 	}
 	return s.FindRollout(ctx, uint64(n), since)
 }
 
 // ChangeVersion changes the pool's Kubernetes minor with Save & Apply and
-// returns the new revision and the rollout it started.
-func (s *Story) ChangeVersion(ctx context.Context, minor string) (int, rolloutapi.Rollout, error) {
+// returns the new revision and the rollout it started. opts go with the
+// PUT (client.Header with a traceparent, say).
+func (s *Story) ChangeVersion(ctx context.Context, minor string, opts ...client.CallOption) (int, client.Rollout, error) {
 	since := s.markApply()
-	var c revapi.PoolChange
-	if err := s.API.Do(ctx, "PUT", s.orgPath("/pools/%s", s.Opts.Pool), PoolBody{PoolSpec: s.Spec(minor), Apply: true}, &c); err != nil {
-		return 0, rolloutapi.Rollout{}, err
+	c, err := s.API.UpdatePool(ctx, s.Opts.Pool, client.PoolUpdate{PoolSpec: s.Spec(minor), Apply: true}, opts...)
+	if err != nil {
+		return 0, client.Rollout{}, err
 	}
 	if c.ApplyRequested == 0 || c.RevisionCreated == 0 {
-		return 0, rolloutapi.Rollout{}, fmt.Errorf("save & apply made no revision or requested no apply: %+v", c)
+		return 0, client.Rollout{}, fmt.Errorf("save & apply made no revision or requested no apply: %+v", c)
 	}
 	r, err := s.FindRollout(ctx, uint64(c.ApplyRequested), since)
 	return c.ApplyRequested, r, err
@@ -354,11 +344,11 @@ func (s *Story) ChangeVersion(ctx context.Context, minor string) (int, rolloutap
 
 // FindRollout waits for the newest rollout of the pool to revision that
 // started at or after since.
-func (s *Story) FindRollout(ctx context.Context, revision uint64, since time.Time) (rolloutapi.Rollout, error) {
-	var found rolloutapi.Rollout
+func (s *Story) FindRollout(ctx context.Context, revision uint64, since time.Time) (client.Rollout, error) {
+	var found client.Rollout
 	err := Poll(ctx, 100*time.Millisecond, func() (bool, error) {
-		var list rolloutapi.RolloutList
-		if err := s.API.Do(ctx, "GET", s.Path("/rollouts"+q("pool", s.Opts.Pool, "limit", "100")), nil, &list); err != nil {
+		list, err := s.API.ListRollouts(ctx, client.RolloutFilter{Pool: s.Opts.Pool, ListOptions: client.ListOptions{Limit: 100}})
+		if err != nil {
 			return false, nil
 		}
 		for _, r := range list.Items {
@@ -373,71 +363,60 @@ func (s *Story) FindRollout(ctx context.Context, revision uint64, since time.Tim
 }
 
 // Rollout reads one rollout with its machines and log.
-func (s *Story) Rollout(ctx context.Context, id string) (rolloutapi.Rollout, error) {
-	var r rolloutapi.Rollout
-	err := s.API.Retry(ctx, "GET", s.orgPath("/rollouts/%s", id), nil, &r)
-	return r, err
-}
-
-// Status is an SSE status event's data.
-type Status struct {
-	Status string `json:"status"`
-	Next   int    `json:"next"`
+func (s *Story) Rollout(ctx context.Context, id string) (client.Rollout, error) {
+	return retryValue(ctx, func() (*client.Rollout, error) { return s.API.GetRollout(ctx, id) })
 }
 
 // Watch follows an operation's log live over Server-Sent Events until the
 // operation ends (end event) or stop returns true for a status; it
-// reconnects with Last-Event-ID when the stream drops. It returns the last
-// status seen.
-func (s *Story) Watch(ctx context.Context, id string, onEntry func(operation.Entry), stop func(status string) bool) (string, error) {
-	last, status := "", ""
+// follows again from the next entry when the stream drops or the service
+// does not answer (503). It returns the last status seen.
+func (s *Story) Watch(ctx context.Context, id string, onEntry func(client.LogEntry), stop func(status string) bool) (string, error) {
+	from, status := 0, ""
 	for {
-		done := false
-		err := s.Viewer.Stream(ctx, s.orgPath("/operations/%s/log", id), last, func(ev SSE) bool {
-			switch ev.Event {
-			case "", "message":
-				var e operation.Entry
-				if json.Unmarshal([]byte(ev.Data), &e) == nil && onEntry != nil {
-					onEntry(e)
-				}
-				last = ev.ID
-			case "status", "end":
-				var st Status
-				_ = json.Unmarshal([]byte(ev.Data), &st)
-				status = st.Status
-				if ev.Event == "end" || stop != nil && stop(status) {
-					done = true
-					return false
-				}
-			case "error":
-				done = true
-				return false
+		var err error
+		for ev, e := range s.Viewer.FollowOperationLog(ctx, id, from) {
+			if e != nil {
+				err = e
+				break
 			}
-			return true
-		})
-		if done {
-			return status, nil
+			switch ev.Kind {
+			case client.LogEventEntry:
+				if onEntry != nil {
+					onEntry(ev.Entry)
+				}
+				from = ev.Index + 1
+			case client.LogEventStatus, client.LogEventEnd:
+				status = ev.Status
+				if ev.Kind == client.LogEventEnd || stop != nil && stop(status) {
+					return status, nil
+				}
+			}
 		}
 		if ctx.Err() != nil {
 			return status, ctx.Err()
 		}
-		if err != nil && StatusOf(err) != 503 {
+		if err != nil && !client.IsUnavailable(err) {
 			return status, err
 		}
-		time.Sleep(200 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			return status, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
 }
 
-// WaitRollout waits until the rollout has one of the statuses (and is not
-// aborting), reading it over the API.
-func (s *Story) WaitRollout(ctx context.Context, id string, want ...string) (rolloutapi.Rollout, error) {
-	var r rolloutapi.Rollout
+// WaitRolloutStatus waits until the rollout has one of the statuses (and
+// is not aborting), reading it over the API.
+func (s *Story) WaitRolloutStatus(ctx context.Context, id string, want ...client.RolloutStatus) (client.Rollout, error) {
+	var r client.Rollout
 	err := Poll(ctx, 200*time.Millisecond, func() (bool, error) {
 		var err error
 		if r, err = s.Rollout(ctx, id); err != nil {
 			return false, nil
 		}
-		return slices.Contains(want, string(r.Status)) && !r.Aborting, nil
+		return slices.Contains(want, r.Status) && !r.Aborting, nil
 	})
 	if err != nil {
 		return r, fmt.Errorf("rollout %s is %s (%s), not %v: %w", id, r.Status, r.Reason, want, err)
@@ -446,12 +425,12 @@ func (s *Story) WaitRollout(ctx context.Context, id string, want ...string) (rol
 }
 
 // Log reads an operation's whole log as JSON pages.
-func (s *Story) Log(ctx context.Context, id string) ([]operation.Entry, error) {
-	var out []operation.Entry
+func (s *Story) Log(ctx context.Context, id string) ([]client.LogEntry, error) {
+	var out []client.LogEntry
 	after := 0
 	for {
-		var page rolloutapi.LogPage
-		if err := s.Viewer.Retry(ctx, "GET", s.orgPath("/operations/%s/log", id)+q("after", strconv.Itoa(after)), nil, &page); err != nil {
+		page, err := retryValue(ctx, func() (*client.LogPage, error) { return s.Viewer.GetOperationLog(ctx, id, after, 0) })
+		if err != nil {
 			return nil, err
 		}
 		out = append(out, page.Entries...)
@@ -462,36 +441,23 @@ func (s *Story) Log(ctx context.Context, id string) ([]operation.Entry, error) {
 	}
 }
 
-// Event is an audit event as the API answers it.
-type Event struct {
-	Sequence  uint64          `json:"sequence"`
-	ID        string          `json:"id"`
-	Type      string          `json:"type"`
-	Aggregate string          `json:"aggregate"`
-	Time      time.Time       `json:"time"`
-	Actor     string          `json:"actor,omitempty"`
-	Payload   json.RawMessage `json:"payload"`
-}
-
-// Events reads the audit log (all pages) with the given filters
-// (aggregate, type, actor, since, until).
-func (s *Story) Events(ctx context.Context, filters ...string) ([]Event, error) {
-	var out []Event
-	after := ""
+// Events reads the audit log (all pages, 1000 events a page unless
+// f.Limit says otherwise) that f selects.
+func (s *Story) Events(ctx context.Context, f client.EventFilter) ([]client.Event, error) {
+	var out []client.Event
+	if f.Limit == 0 {
+		f.Limit = 1000
+	}
 	for {
-		var page struct {
-			Items []Event `json:"items"`
-			Next  string  `json:"next"`
-		}
-		kv := append(slices.Clone(filters), "after", after, "limit", "1000")
-		if err := s.Viewer.Retry(ctx, "GET", s.Path("/events"+q(kv...)), nil, &page); err != nil {
+		page, err := retryValue(ctx, func() (*client.Page[client.Event], error) { return s.Viewer.ListEvents(ctx, f) })
+		if err != nil {
 			return nil, err
 		}
 		out = append(out, page.Items...)
 		if page.Next == "" || len(page.Items) == 0 {
 			return out, nil
 		}
-		after = page.Next
+		f.Cursor = page.Next
 	}
 }
 

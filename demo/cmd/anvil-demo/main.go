@@ -21,9 +21,8 @@ import (
 
 	"golang.org/x/term"
 
+	"github.com/anvil-fleet/anvil/client"
 	"github.com/anvil-fleet/anvil/demo/story"
-	rolloutapi "github.com/anvil-fleet/anvil/services/rollout/api"
-	"github.com/anvil-fleet/anvil/services/rollout/domain/operation"
 )
 
 func main() {
@@ -315,7 +314,7 @@ func run(ctx context.Context, o runOpts) (err error) {
 
 	// 9. Audit.
 	u.header("The audit log: every change is an event")
-	evs, err := s.Events(ctx)
+	evs, err := s.Events(ctx, client.EventFilter{})
 	if err != nil {
 		return err
 	}
@@ -354,7 +353,7 @@ func run(ctx context.Context, o runOpts) (err error) {
 
 // watch follows a rollout over SSE with a progress line, prints each
 // machine as it finishes, and returns the rollout once it ended.
-func watch(ctx context.Context, u *ui, s *story.Story, id string, perMachine bool) (rolloutapi.Rollout, error) {
+func watch(ctx context.Context, u *ui, s *story.Story, id string, perMachine bool) (client.Rollout, error) {
 	r, err := s.Rollout(ctx, id)
 	if err != nil {
 		return r, err
@@ -381,7 +380,7 @@ func watch(ctx context.Context, u *ui, s *story.Story, id string, perMachine boo
 	}
 	status := string(r.Status)
 	draw(status)
-	_, err = s.Watch(ctx, id, func(e operation.Entry) {
+	_, err = s.Watch(ctx, id, func(e client.LogEntry) {
 		if e.Node == "" {
 			return
 		}
@@ -400,7 +399,7 @@ func watch(ctx context.Context, u *ui, s *story.Story, id string, perMachine boo
 			failed++
 			u.printf("✗ %-12s %s failed: %s", e.Node, e.Step, e.Message)
 		case e.Step != "":
-			steps[e.Node] = string(e.Step)
+			steps[e.Node] = e.Step
 			if e.Outcome == "blocked" && perMachine {
 				u.printf("  %-12s drain held by a PodDisruptionBudget: %s", e.Node, e.Message)
 			}
@@ -414,20 +413,20 @@ func watch(ctx context.Context, u *ui, s *story.Story, id string, perMachine boo
 	if err != nil {
 		return r, err
 	}
-	r, err = s.WaitRollout(ctx, id, "succeeded", "failed", "aborted")
+	r, err = s.WaitRolloutStatus(ctx, id, client.RolloutSucceeded, client.RolloutFailed, client.RolloutAborted)
 	if err != nil {
 		return r, err
 	}
 	done, total = r.Progress.Done, r.Progress.Total
 	draw(string(r.Status))
 	u.done()
-	if r.Status != "succeeded" {
+	if r.Status != client.RolloutSucceeded {
 		return r, fmt.Errorf("rollout %s %s: %s", id, r.Status, r.Reason)
 	}
 	return r, nil
 }
 
-func showLog(u *ui, entries []operation.Entry) {
+func showLog(u *ui, entries []client.LogEntry) {
 	u.printf("GET …/operations/{id}/log: %d entries; the first machine's steps and the last lines:", len(entries))
 	first := ""
 	shown := 0
@@ -455,7 +454,7 @@ func showLog(u *ui, entries []operation.Entry) {
 	}
 }
 
-func showEvents(u *ui, evs []story.Event) {
+func showEvents(u *ui, evs []client.Event) {
 	byType := map[string]int{}
 	actors := map[string]int{}
 	for _, e := range evs {
