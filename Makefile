@@ -58,6 +58,7 @@ demo: kube-bins ## the seed story with live progress on a real control plane, th
 	$(GO) run ./demo/cmd/anvil-demo $(DEMOFLAGS)
 
 test: deps ## go test -race over every module, then every benchmark once at its tiny size (bench-check)
+	bash tools/contracts/check.sh
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TESTFLAGS) $(PKGS)
 	$(MAKE) --no-print-directory bench-check
 
@@ -128,7 +129,8 @@ bench-check: ## every benchmark once at its tiny size (ANVIL_BENCH_SCALE=tiny), 
 	if [ $$rc != 0 ]; then echo "bench-check: a benchmark failed (above)"; exit 1; fi; \
 	echo "bench-check: every benchmark ran once at the tiny size in $$(( $$(date +%s) - start ))s"
 
-lint: ## go vet, gofmt and staticcheck
+lint: ## go vet, gofmt, staticcheck and the contracts between services (tools/contracts)
+	bash tools/contracts/check.sh
 	$(GO) vet $(PKGS)
 	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) $(PKGS)
