@@ -205,15 +205,21 @@ func (a *App) DriveOperation(ctx context.Context, org, id string) error {
 		}
 		evs, act := machineop.Next(st, a.now())
 		if len(evs) > 0 {
-			if f, ok := evs[0].(machineop.Failed); ok {
+			f, failed := evs[0].(machineop.Failed)
+			if failed {
 				if err := a.reportOperationFailure(ctx, org, st, f.Reason); err != nil {
 					a.Log.Warn("reporting a failed operation", "operation", id, "err", err)
 				}
 			}
+			stepAt := st.StepAt
 			if err := appendEvs(evs...); err != nil {
 				if err := load(); err != nil && ctx.Err() == nil {
 					sleep(ctx, a.Settings.Poll)
 				}
+			} else if failed && f.Step == machineop.StepDrain {
+				// A drain past its deadline fails here: recorded once, after
+				// the failure is in the log.
+				a.Metrics.operationDrain("failed", stepAt, f.At)
 			}
 			continue
 		}
@@ -238,14 +244,14 @@ func (a *App) DriveOperation(ctx context.Context, org, id string) error {
 			}
 		case permanent(err):
 			f := machineop.Failed{Step: step, Reason: err.Error(), At: a.now()}
-			if step == machineop.StepDrain {
-				a.Metrics.operationDrain("failed", st.StepAt, f.At)
-			}
 			if rerr := a.reportOperationFailure(ctx, org, st, f.Reason); rerr != nil {
 				a.Log.Warn("reporting a failed operation", "operation", id, "err", rerr)
 			}
+			stepAt := st.StepAt
 			if err := appendEvs(f); err != nil {
 				_ = load()
+			} else if step == machineop.StepDrain {
+				a.Metrics.operationDrain("failed", stepAt, f.At)
 			}
 		default:
 			if ctx.Err() != nil {
