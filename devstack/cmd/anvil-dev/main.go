@@ -31,7 +31,7 @@ func main() {
 	flag.StringVar(&cfg.SysextMirror, "sysext-mirror", svc.Env("ANVIL_BOOT_SYSEXT_MIRROR", ""),
 		"URL template with {version} and {arch} from which a missing Kubernetes sysext is fetched (env ANVIL_BOOT_SYSEXT_MIRROR)")
 	var adminAddr string
-	flag.StringVar(&adminAddr, "admin-addr", svc.Env("ANVIL_DEV_ADMIN_ADDR", "127.0.0.1:9100"),
+	flag.StringVar(&adminAddr, "admin-addr", svc.Env("ANVIL_DEV_ADMIN_ADDR", "127.0.0.1:9109"),
 		"admin listener: /metrics of every service (one process, one registry) and the gateway's /healthz and /readyz; empty disables (env ANVIL_DEV_ADMIN_ADDR)")
 	flag.StringVar(&cfg.NATSAddr, "nats-addr", svc.Env("ANVIL_DEV_NATS_ADDR", ""), "also accept external NATS clients here, e.g. 127.0.0.1:4222 (env ANVIL_DEV_NATS_ADDR)")
 	flag.StringVar(&cfg.KubernetesVersions, "kubernetes-versions", svc.Env("ANVIL_KUBERNETES_VERSIONS", ""),

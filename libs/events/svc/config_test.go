@@ -53,6 +53,10 @@ func TestEnvParsersAcceptWellFormedValues(t *testing.T) {
 	if d := EnvDuration("ANVIL_T_UNSET", time.Hour); d != time.Hour {
 		t.Fatalf("unset: %s", d)
 	}
+	t.Setenv("ANVIL_T_EMPTY", "")
+	if d := EnvDuration("ANVIL_T_EMPTY", time.Hour); d != time.Hour {
+		t.Fatalf("set but empty: %s, want the default", d)
+	}
 	if err := ConfigError(); err != nil {
 		t.Fatal(err)
 	}

@@ -73,7 +73,7 @@ func EnvBool(name string, def bool) bool {
 
 // configProblems are the malformed settings read so far: every Env*
 // parser records here, and Main stops the program before it runs when
-// there is any, so no typo silently becomes a default.
+// there is any, so no typo silently becomes a default; set but empty counts as unset.
 var configProblems struct {
 	sync.Mutex
 	errs []error
@@ -82,7 +82,9 @@ var configProblems struct {
 // envParse is the one parser behind every typed Env* function.
 func envParse[T any](name string, def T, want string, parse func(string) (T, error)) T {
 	v, ok := os.LookupEnv(name)
-	if !ok {
+	if !ok || strings.TrimSpace(v) == "" {
+		// Set but empty is unset: compose and systemd files write
+		// NAME=${VALUE:-} for a value they leave to the default.
 		return def
 	}
 	parsed, err := parse(strings.TrimSpace(v))
