@@ -170,15 +170,41 @@ func configPath(fv flagValues, getenv func(string) string) (string, bool) {
 }
 
 // settings is one layer of configuration; the later layer wins for each
-// setting it sets.
+// setting it sets. origin names the layer in errors; file says it comes
+// from the config file (a context or the file's top level).
 type settings struct {
 	server, token, tokenFile, org, boot string
+	origin                              string
+	file                                bool
+}
+
+// StrandedTokenError says the config file's token was left out: a higher
+// layer (the environment or a flag) points anvilctl at another server than
+// the one the token is for, and gave no token of its own. A token is only
+// ever sent to the server of its own layer.
+type StrandedTokenError struct {
+	Server, ServerFrom string // the server in effect and what set it
+	TokenFrom          string // where the token left out comes from
+	TokenServer        string // the server it was for
+	TokenFlagFrom      string // where a token for Server could be given
+}
+
+func (e *StrandedTokenError) Error() string {
+	return fmt.Sprintf("no token for %s: %s sets that server, and the token of %s is for %s, so it is not sent there; "+
+		"give the token for %s with %s, or leave %s out to use %s",
+		e.Server, e.ServerFrom, e.TokenFrom, e.TokenServer, e.Server, e.TokenFlagFrom, e.ServerFrom, e.TokenFrom)
 }
 
 // resolveConfig merges, lowest first: the defaults; the current context
 // (or, without one, a file's top-level settings); the environment; the
 // flags. A context named with --context is the whole choice: it replaces
 // the environment's settings, and only the flags override it.
+//
+// The config file's token goes with the config file's server: when the
+// environment or a flag sets another server and no token of its own (nor
+// a flag's), the file's token is left out and the error is a
+// *StrandedTokenError, with the configuration (without a token) still
+// answered for the commands that need none.
 func resolveConfig(fv flagValues, getenv func(string) string) (Config, error) {
 	path, explicit := configPath(fv, getenv)
 	file, err := readConfigFile(path, explicit)
@@ -187,15 +213,22 @@ func resolveConfig(fv flagValues, getenv func(string) string) (Config, error) {
 	}
 	c := Config{Server: DefaultServer}
 	tokenFile := ""
+	// where the server and the token come from, and the server the
+	// token was given for
+	serverFrom, tokenFrom, tokenServer := "", "", DefaultServer
+	tokenFromFile := false
 	layer := func(s settings) {
 		if s.server != "" {
-			c.Server = s.server
+			c.Server, serverFrom = s.server, s.origin
 		}
 		if s.token != "" {
 			c.Token, tokenFile = s.token, ""
 		}
 		if s.tokenFile != "" {
 			c.Token, tokenFile = "", s.tokenFile
+		}
+		if s.token != "" || s.tokenFile != "" {
+			tokenFrom, tokenFromFile, tokenServer = s.origin, s.file, c.Server
 		}
 		if s.org != "" {
 			c.Org = s.org
@@ -216,23 +249,26 @@ func resolveConfig(fv flagValues, getenv func(string) string) (Config, error) {
 		if tf != "" && !filepath.IsAbs(tf) {
 			tf = filepath.Join(filepath.Dir(path), tf)
 		}
-		layer(settings{server: k.Server, token: k.Token, tokenFile: tf, org: k.Org, boot: k.BootServer})
+		layer(settings{server: k.Server, token: k.Token, tokenFile: tf, org: k.Org, boot: k.BootServer,
+			origin: fmt.Sprintf("context %q", name), file: true})
 		c.Context = name
 		return nil
 	}
-	env := settings{server: getenv(EnvServer), token: getenv(EnvToken), org: getenv(EnvOrg), boot: getenv(EnvBootServer)}
+	env := settings{server: getenv(EnvServer), token: getenv(EnvToken), org: getenv(EnvOrg), boot: getenv(EnvBootServer), origin: EnvServer}
+	envTokenToo := true // ANVIL_TOKEN can give the token for ANVIL_URL
 	switch {
 	case fv.set["context"]:
 		if err := ctxLayer(fv.Context, "--context"); err != nil {
 			return Config{}, err
 		}
+		envTokenToo = false
 	case file.CurrentContext != "":
 		if err := ctxLayer(file.CurrentContext, "current-context"); err != nil {
 			return Config{}, err
 		}
 		layer(env)
 	default:
-		layer(settings{server: file.Server, token: file.Token, org: file.Org})
+		layer(settings{server: file.Server, token: file.Token, org: file.Org, origin: "the config file " + path, file: true})
 		layer(env)
 	}
 	flag := func(name, v string) string {
@@ -241,7 +277,21 @@ func resolveConfig(fv flagValues, getenv func(string) string) (Config, error) {
 		}
 		return ""
 	}
-	layer(settings{server: flag("server", fv.Server), token: flag("token", fv.Token), org: flag("org", fv.Org), boot: flag("boot-server", fv.BootServer)})
+	layer(settings{server: flag("server", fv.Server), token: flag("token", fv.Token), org: flag("org", fv.Org), boot: flag("boot-server", fv.BootServer),
+		origin: "--server"})
+	c.Server = strings.TrimRight(c.Server, "/")
+	var stranded error
+	if tokenFromFile && c.Server != strings.TrimRight(tokenServer, "/") {
+		// the environment or a flag moved the server away from the
+		// file's token
+		give := "--token"
+		if envTokenToo {
+			give += " or " + EnvToken
+		}
+		stranded = &StrandedTokenError{Server: c.Server, ServerFrom: serverFrom, TokenFrom: tokenFrom,
+			TokenServer: strings.TrimRight(tokenServer, "/"), TokenFlagFrom: give}
+		c.Token, tokenFile = "", ""
+	}
 	if tokenFile != "" {
 		b, err := os.ReadFile(tokenFile)
 		if err != nil {
@@ -249,7 +299,6 @@ func resolveConfig(fv flagValues, getenv func(string) string) (Config, error) {
 		}
 		c.Token = strings.TrimSpace(string(b))
 	}
-	c.Server = strings.TrimRight(c.Server, "/")
 	if err := checkHTTPURL(c.Server); err != nil {
 		return Config{}, fmt.Errorf("server %w", err)
 	}
@@ -259,7 +308,7 @@ func resolveConfig(fv flagValues, getenv func(string) string) (Config, error) {
 			return Config{}, fmt.Errorf("boot-server %w", err)
 		}
 	}
-	return c, nil
+	return c, stranded
 }
 
 func checkHTTPURL(s string) error {

@@ -15,10 +15,14 @@ func (a *app) configCmd() *cobra.Command {
 	noCfg := map[string]string{noConfig: "true"}
 
 	cmd.AddCommand(&cobra.Command{
-		Use:   "view",
-		Short: "Print the server, organization, context and (masked) token anvilctl would use",
-		Args:  cobra.NoArgs,
+		Use:         "view",
+		Short:       "Print the server, organization, context and (masked) token anvilctl would use",
+		Args:        cobra.NoArgs,
+		Annotations: map[string]string{noToken: "true"},
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if a.tokenNote != "" {
+				fmt.Fprintln(cmd.ErrOrStderr(), "note:", a.tokenNote)
+			}
 			c := a.cfg
 			c.Token = maskToken(c.Token)
 			switch {

@@ -54,11 +54,15 @@ func (a *app) createCmd() *cobra.Command {
 		Short: "Issue an API token of the organization (an admin's token); prints the token",
 		Long: "create token issues an API token (POST …/tokens) and prints it on standard output, alone, so that\n" +
 			"TOKEN=$(anvilctl create token ci --role operator) works. It is shown once: the server keeps only its\n" +
-			"hash. -o json|yaml prints the whole answer (the token and its description).",
+			"hash. -o json|yaml prints the whole answer (the token and its description); -o name is refused, as it\n" +
+			"would print only token/<id> and lose the token.",
 		Example: `  anvilctl create token ci-bot --role operator --duration 720h
   anvilctl config set-context acme-viewer --token "$(anvilctl create token dashboards --role viewer)"`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := a.refuseNameOutput("create token"); err != nil {
+				return err
+			}
 			switch to.Role {
 			case "viewer", "operator", "admin":
 			default:
@@ -68,7 +72,7 @@ func (a *app) createCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return a.printIssued(cmd, out, "token", "")
+			return a.printIssued(cmd, out, "token")
 		},
 	}
 	tok.Flags().StringVar(&to.Role, "role", "", "viewer (reads), operator (+ machines, rollouts) or admin (+ tokens, clusters, pools); required")
@@ -83,23 +87,32 @@ func (a *app) createCmd() *cobra.Command {
 		Use:   "enrollment-token [name] [--max-machines n] [--duration d]",
 		Short: "Issue an enrollment token machines register with on their first boot; prints the token",
 		Long: "create enrollment-token issues an enrollment token (POST …/enrollment-tokens; an admin's token) and\n" +
-			"prints it on standard output. With a boot service URL (--boot-server, " + EnvBootServer + " or the context's\n" +
-			"boot-server) it also prints the iPXE chain URL machines boot from, on standard error; boot-url prints it\n" +
-			"alone. Machines register into the organization, unassigned: assign them to a pool (apply a Machine with\n" +
-			"pool:, or pre-register them with their pool before they boot).",
+			"prints it on standard output, and nowhere else (standard error, which CI logs keep, never shows it). The\n" +
+			"iPXE chain URL machines boot from holds the token: anvilctl boot-url <token> prints it, and\n" +
+			"anvilctl boot-url --new issues a token and prints only its chain URL. -o name is refused, as it would\n" +
+			"print only enrollment-token/<id> and lose the token. Machines register into the organization,\n" +
+			"unassigned: assign them to a pool (apply a Machine with pool:, or pre-register them with their pool\n" +
+			"before they boot).",
 		Example: `  anvilctl create enrollment-token rack-1 --max-machines 40 --duration 168h
+  anvilctl boot-url "$(anvilctl create enrollment-token rack-1)"
   anvilctl boot-url --new rack-2`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := a.refuseNameOutput("create enrollment-token"); err != nil {
+				return err
+			}
 			out, err := a.issueToken(cmd.Context(), "enrollment-tokens", args, eo)
 			if err != nil {
 				return err
 			}
-			chain := ""
-			if a.cfg.BootServer != "" {
-				chain = chainURL(a.cfg.BootServer, str(out["token"]))
+			if err := a.printIssued(cmd, out, "enrollment-token"); err != nil {
+				return err
 			}
-			return a.printIssued(cmd, out, "enrollment-token", chain)
+			if a.cfg.BootServer != "" && a.out.human() {
+				// the chain URL holds the token: never on standard error
+				fmt.Fprintln(cmd.ErrOrStderr(), "the iPXE chain URL machines boot from: anvilctl boot-url <the token> (it holds the token, so it is not shown here)")
+			}
+			return nil
 		},
 	}
 	enrollFlags(enroll, &eo)
@@ -137,15 +150,22 @@ func (a *app) issueToken(ctx context.Context, kind string, args []string, o toke
 	return asMap(c.CreateEnrollmentToken(ctx, client.EnrollmentTokenCreate{Name: name, ExpiresAt: expires, MaxMachines: o.MaxMachines}))
 }
 
+// refuseNameOutput refuses -o name for a command that issues a token: it
+// would print only kind/<id>, and the token, shown once, would be lost.
+func (a *app) refuseNameOutput(command string) error {
+	if a.out.format != FormatName {
+		return nil
+	}
+	return usageErr(fmt.Errorf("-o name: %s prints a new token, shown only once, which -o name would leave out; "+
+		"use the default output (the token alone on standard output), -o json or -o yaml", command))
+}
+
 // printIssued prints a new token: alone on standard output (its
-// description on standard error), or the whole answer with -o.
-func (a *app) printIssued(cmd *cobra.Command, out map[string]any, what, chain string) error {
+// description, never the token, on standard error), or the whole answer
+// with -o.
+func (a *app) printIssued(cmd *cobra.Command, out map[string]any, what string) error {
 	w := cmd.OutOrStdout()
 	info, _ := out["info"].(map[string]any)
-	if a.out.format == FormatName {
-		_, err := fmt.Fprintf(w, "%s/%s\n", what, str(info["id"]))
-		return err
-	}
 	if !a.out.human() {
 		return a.out.printObject(w, nil, out, nil)
 	}
@@ -166,11 +186,7 @@ func (a *app) printIssued(cmd *cobra.Command, out map[string]any, what, chain st
 	if len(details) > 0 {
 		desc += " (" + strings.Join(details, ", ") + ")"
 	}
-	stderr := cmd.ErrOrStderr()
-	fmt.Fprintf(stderr, "%s created; the token is shown once, keep it now\n", desc)
-	if chain != "" {
-		fmt.Fprintf(stderr, "iPXE chain URL: %s\n", chain)
-	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "%s created; the token is shown once, keep it now\n", desc)
 	_, err := fmt.Fprintln(w, str(out["token"]))
 	return err
 }
@@ -191,7 +207,8 @@ func (a *app) bootURLCmd() *cobra.Command {
 			"  <boot server>/boot.ipxe?token=<enrollment token>\n" +
 			"Put it into DHCP as the boot file of iPXE clients, or build it into an iPXE image (docs/boot.md).\n" +
 			"The boot server is the boot service's URL as machines reach it: --boot-server, " + EnvBootServer + ", or the\n" +
-			"context's boot-server. Give an enrollment token, or --new to issue one (an admin's token).\n" +
+			"context's boot-server. Give an enrollment token, or --new to issue one (an admin's token; -o name is\n" +
+			"refused with --new, as it would lose the token).\n" +
 			"iPXE speaks plain HTTP only, so the URL should be http://.",
 		Example: `  anvilctl boot-url anvil_enroll_kq3c…
   anvilctl boot-url --new rack-1 --max-machines 40 --boot-server http://10.0.0.2:8081`,
@@ -203,6 +220,9 @@ func (a *app) bootURLCmd() *cobra.Command {
 			token := ""
 			switch {
 			case fresh:
+				if err := a.refuseNameOutput("boot-url --new"); err != nil {
+					return err
+				}
 				out, err := a.issueToken(cmd.Context(), "enrollment-tokens", args, eo)
 				if err != nil {
 					return err

@@ -232,8 +232,18 @@ func TestCLIKubectlHabits(t *testing.T) {
 	}
 	code, enrollTok, errOut := s.runCode("create", "enrollment-token", "rack-1", "--max-machines", "2", "--boot-server", s.boot)
 	enrollTok = strings.TrimSpace(enrollTok)
-	if code != 0 || !strings.Contains(errOut, "at most 2 machines") || !strings.Contains(errOut, "iPXE chain URL: "+s.boot+"/boot.ipxe?token=") {
+	// the token on standard output only: standard error (CI logs) names
+	// boot-url for the chain URL, which holds the token, and never shows it
+	if code != 0 || !strings.HasPrefix(enrollTok, "anvil_") || !strings.Contains(errOut, "at most 2 machines") ||
+		!strings.Contains(errOut, "anvilctl boot-url <the token>") || strings.Contains(errOut, enrollTok) || strings.Contains(errOut, "?token=") {
 		t.Fatalf("create enrollment-token: %d %q %q", code, enrollTok, errOut)
+	}
+	// -o name would lose a new token: refused, and none is issued
+	for _, args := range [][]string{{"create", "token", "lost", "--role", "viewer", "-o", "name"}, {"create", "enrollment-token", "lost", "-o", "name"},
+		{"boot-url", "--new", "lost", "-o", "name", "--boot-server", s.boot}} {
+		if code, out, errOut := s.runCode(args...); code != 1 || out != "" || !strings.Contains(errOut, "error: -o name: ") {
+			t.Fatalf("%v: %d %q %q", args, code, out, errOut)
+		}
 	}
 	if out := s.must("boot-url", enrollTok, "--boot-server", s.boot+"/"); !strings.HasPrefix(out, s.boot+"/boot.ipxe?token=anvil_") {
 		t.Fatalf("boot-url: %q", out)
@@ -242,6 +252,26 @@ func TestCLIKubectlHabits(t *testing.T) {
 	chain = strings.TrimSpace(chain)
 	if code != 0 || !strings.HasPrefix(chain, s.boot+"/boot.ipxe?token=anvil_") || !strings.Contains(errOut, "created") {
 		t.Fatalf("boot-url --new: %d %q %q", code, chain, errOut)
+	}
+	// the refused -o name issued nothing: once rack-2 (issued after them)
+	// is listed, no token "lost" is
+	var lists [2]struct{ Items []struct{ Name string } }
+	s.eventually(func() bool {
+		s.http("GET", "/api/v1/orgs/acme/enrollment-tokens", s.adminTok, "", &lists[0])
+		for _, it := range lists[0].Items {
+			if it.Name == "rack-2" {
+				return true
+			}
+		}
+		return false
+	})
+	s.http("GET", "/api/v1/orgs/acme/tokens", s.adminTok, "", &lists[1])
+	for _, l := range lists {
+		for _, it := range l.Items {
+			if it.Name == "lost" {
+				t.Fatalf("-o name issued a token anyway: %+v", lists)
+			}
+		}
 	}
 	// the boot service answers the chain URL with the chain script
 	res, err := http.Get(chain)
@@ -272,6 +302,28 @@ func TestCLIKubectlHabits(t *testing.T) {
 	}
 	if out := s.must("boot-url", "tok", "--context", "acme"); out != s.boot+"/boot.ipxe?token=tok\n" {
 		t.Fatalf("the context's boot server: %q", out)
+	}
+	// ANVIL_URL or --server naming another server does not take the
+	// context's token there: the command stops (the gateway, named another
+	// way, stands for the other server), until a token is given with it;
+	// the context's organization stays
+	other := strings.Replace(s.base, "127.0.0.1", "localhost", 1)
+	s.env["ANVIL_URL"] = other
+	if code, out, errOut := s.runCode("get", "orgs", "-o", "name"); code != 1 || out != "" ||
+		!strings.Contains(errOut, "error: no token for "+other+": ANVIL_URL sets that server, and the token of context \"globex\" is for "+s.base) {
+		t.Fatalf("ANVIL_URL with the context's token: %d %q %q", code, out, errOut)
+	}
+	s.env["ANVIL_TOKEN"] = globexTok
+	if out := s.must("get", "orgs", "-o", "name"); out != "org/globex\n" {
+		t.Fatalf("ANVIL_URL and ANVIL_TOKEN: %q", out)
+	}
+	delete(s.env, "ANVIL_URL")
+	delete(s.env, "ANVIL_TOKEN")
+	if code, _, errOut := s.runCode("get", "orgs", "--server", other); code != 1 || !strings.Contains(errOut, "--server sets that server") {
+		t.Fatalf("--server with the context's token: %d %q", code, errOut)
+	}
+	if out := s.must("get", "orgs", "-o", "name", "--server", other, "--token", globexTok); out != "org/globex\n" {
+		t.Fatalf("--server and --token: %q", out)
 	}
 
 	// the version: the client's, and the gateway's when it tells it; an

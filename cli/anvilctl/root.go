@@ -147,6 +147,10 @@ type app struct {
 	cfg    Config
 	// api is the typed client of the configuration (client.go)
 	api *client.Client
+	// tokenOptional: the command needs no token (noToken), so a config
+	// file's token left out for another server is only noted, in tokenNote
+	tokenOptional bool
+	tokenNote     string
 }
 
 // errorExit marks the commands whose errors exit 2 (diff: 1 says that
@@ -156,6 +160,11 @@ const errorExit = "anvilctl/error-exit-2"
 // noConfig marks the commands that run without the configuration resolved
 // (groups, the config commands, version).
 const noConfig = "anvilctl/no-config"
+
+// noToken marks the commands that need no token (version, config view):
+// when the config file's token is left out because the environment or a
+// flag names another server (*StrandedTokenError), they go on without it.
+const noToken = "anvilctl/no-token"
 
 // NewRoot builds the command tree.
 func NewRoot(env Env) *cobra.Command {
@@ -184,7 +193,9 @@ func NewRoot(env Env) *cobra.Command {
 		Long: "anvilctl drives the anvil control plane over its HTTP API.\n\n" +
 			"Configuration, lowest precedence first: the config file's current context (~/.config/anvil/config.yaml, or\n" +
 			"--config / " + EnvConfig + "), then " + EnvServer + ", " + EnvToken + " and " + EnvOrg + ", then --server, --token and --org.\n" +
-			"--context NAME picks a context of the file instead of the current one and of the environment.\n\n" +
+			"--context NAME picks a context of the file instead of the current one and of the environment.\n" +
+			"The file's token goes to the file's server only: with " + EnvServer + " or --server naming another server, give\n" +
+			EnvToken + " or --token too.\n\n" +
 			"Exit codes: 0 success, 1 error, 2 a watched rollout failed, 3 a timeout, 130 interrupted.",
 		SilenceUsage:      true,
 		SilenceErrors:     true,
@@ -251,6 +262,7 @@ func (a *app) prepare(cmd *cobra.Command) error {
 		return usageErr(err)
 	}
 	a.out = out
+	a.tokenOptional = cmd.Annotations[noToken] != ""
 	if cmd.Annotations[noConfig] != "" {
 		return nil
 	}
@@ -260,6 +272,10 @@ func (a *app) prepare(cmd *cobra.Command) error {
 // resolve reads the configuration.
 func (a *app) resolve() error {
 	cfg, err := resolveConfig(a.flags, a.env.Getenv)
+	var stranded *StrandedTokenError
+	if errors.As(err, &stranded) && a.tokenOptional {
+		a.tokenNote, err = err.Error(), nil
+	}
 	if err != nil {
 		return err
 	}

@@ -108,7 +108,7 @@ func (a *app) versionCmd() *cobra.Command {
 		Long: "version prints anvilctl's version, and the gateway's as GET /version answers it (no token needed).\n" +
 			"A gateway older than that route answers 404: then only the client's version is printed, with a note.",
 		Args:        cobra.NoArgs,
-		Annotations: map[string]string{noConfig: "true"},
+		Annotations: map[string]string{noConfig: "true", noToken: "true"},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cv := structToMap(clientVersion())
 			w := cmd.OutOrStdout()

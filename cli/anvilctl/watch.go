@@ -6,9 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -88,13 +91,22 @@ func (a *app) watchGet(ctx context.Context, cmd *cobra.Command, p *printer, reqs
 	}
 }
 
-// transient says an error may pass: the network, or a service that does
-// not answer (503).
+// transient says an error may pass: the network (no answer, a connection
+// refused or reset, an answer cut short), or a gateway or service that
+// does not answer for now (502, 503, 504). Anything else (another problem
+// the API answered, a missing organization, a bad template) would fail the
+// same way at every poll, so it ends the watch.
 func transient(err error) bool {
 	if p, ok := client.AsProblem(err); ok {
 		return p.Status == http.StatusServiceUnavailable || p.Status == http.StatusBadGateway || p.Status == http.StatusGatewayTimeout
 	}
-	return !errors.Is(err, context.Canceled)
+	if errors.Is(err, context.Canceled) {
+		return false
+	}
+	var ue *url.Error
+	var ne net.Error
+	return errors.As(err, &ue) || errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET)
 }
 
 // poll reads every request: for each, the objects by name, in order.
