@@ -169,14 +169,12 @@ type orgListData struct {
 }
 
 func (c *Console) orgList(w http.ResponseWriter, r *http.Request, v view) {
-	var list struct {
-		Items []orgItem `json:"items"`
-	}
-	if _, err := c.do(r.Context(), v.S.token, call{method: "GET", path: "/api/v1/orgs"}, &list); err != nil {
+	orgs, err := listAll[orgItem](r.Context(), c, v.S.token, "/api/v1/orgs")
+	if err != nil {
 		c.fail(w, r, v, "listing organizations", err)
 		return
 	}
-	v.Title, v.Data = "Organizations", orgListData{Items: list.Items}
+	v.Title, v.Data = "Organizations", orgListData{Items: orgs}
 	c.render(w, r, http.StatusOK, "orgs", v)
 }
 
@@ -184,11 +182,8 @@ func (c *Console) orgCreate(w http.ResponseWriter, r *http.Request, v view) {
 	body := map[string]string{"id": strings.TrimSpace(r.PostFormValue("id")), "display_name": strings.TrimSpace(r.PostFormValue("display_name"))}
 	if _, err := c.do(r.Context(), v.S.token, call{method: "POST", path: "/api/v1/orgs", body: body, idempotency: r.PostFormValue("idem")}, nil); err != nil {
 		if statusOf(err) == http.StatusUnprocessableEntity {
-			var list struct {
-				Items []orgItem `json:"items"`
-			}
-			_, _ = c.do(r.Context(), v.S.token, call{method: "GET", path: "/api/v1/orgs"}, &list)
-			v.Title, v.Data = "Organizations", orgListData{Items: list.Items, Errors: fieldMap(err), Form: r.PostForm}
+			orgs, _ := listAll[orgItem](r.Context(), c, v.S.token, "/api/v1/orgs")
+			v.Title, v.Data = "Organizations", orgListData{Items: orgs, Errors: fieldMap(err), Form: r.PostForm}
 			c.render(w, r, http.StatusUnprocessableEntity, "orgs", v)
 			return
 		}

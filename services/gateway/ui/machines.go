@@ -176,10 +176,13 @@ type machineDetailData struct {
 	Revisions  *ports.MachineRevisions
 	Operations []rolloutapi.Operation
 	Rollouts   []rolloutapi.Rollout
-	Log        *bootapi.StartupLog
-	LogMissing bool
-	Now        time.Time
-	BootURL    string
+	// MoreRollouts: the pool has rollouts older than those shown; the
+	// rollouts page lists them all
+	MoreRollouts bool
+	Log          *bootapi.StartupLog
+	LogMissing   bool
+	Now          time.Time
+	BootURL      string
 }
 
 // getMachine reads a machine; after a write (?after=N) it waits briefly
@@ -230,15 +233,16 @@ func (c *Console) machineDetail(w http.ResponseWriter, r *http.Request, v view) 
 		d.Revisions = &mr
 	case "operations":
 		// The API lists operations by pool, status and kind, not by
-		// machine: take the one-machine operations and keep this one's,
-		// and the rollouts of its pool.
-		var ops rolloutapi.OperationList
-		if _, err := c.do(r.Context(), v.S.token, call{method: "GET", path: orgPath(v.Org, "operations"),
-			query: url.Values{"kind": {"machine"}, "limit": {"500"}}}, &ops); err != nil {
+		// machine: take every page of the one-machine operations (a first
+		// page of the organization's newest would miss this machine's
+		// older ones) and keep this one's, and the rollouts of its pool.
+		ops, err := listEvery[rolloutapi.Operation](r.Context(), c, v.S.token, orgPath(v.Org, "operations"),
+			url.Values{"kind": {"machine"}, "limit": {"500"}})
+		if err != nil {
 			c.fail(w, r, v, "reading the machine's operations", err)
 			return
 		}
-		for _, op := range ops.Items {
+		for _, op := range ops {
 			if op.Machine == m.UUID {
 				d.Operations = append(d.Operations, op)
 			}
@@ -250,7 +254,7 @@ func (c *Console) machineDetail(w http.ResponseWriter, r *http.Request, v view) 
 				c.fail(w, r, v, "reading the rollouts of pool "+m.Pool, err)
 				return
 			}
-			d.Rollouts = ros.Items
+			d.Rollouts, d.MoreRollouts = ros.Items, ros.Next != ""
 		}
 	case "log":
 		var l bootapi.StartupLog

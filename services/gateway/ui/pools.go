@@ -168,14 +168,25 @@ func specOfForm(form url.Values) (rev.PoolSpec, poolForm, map[string]string) {
 
 // listAll reads every page of a list: the API answers every list as
 // {"items", "next"}, next to be passed back as ?cursor= until it is absent.
+// It asks for the API's largest page (1000), which most lists take.
 func listAll[T any](ctx context.Context, c *Console, token, path string) ([]T, error) {
+	return listEvery[T](ctx, c, token, path, url.Values{"limit": {"1000"}})
+}
+
+// listEvery is listAll with the list's filters and page size in query (the
+// rollout service's lists, rollouts and operations, take at most 500 a
+// page).
+func listEvery[T any](ctx context.Context, c *Console, token, path string, query url.Values) ([]T, error) {
 	out := []T{}
 	for cursor := ""; ; {
 		var page struct {
 			Items []T    `json:"items"`
 			Next  string `json:"next"`
 		}
-		q := url.Values{"limit": {"1000"}}
+		q := url.Values{}
+		for k, v := range query {
+			q[k] = v
+		}
 		if cursor != "" {
 			q.Set("cursor", cursor)
 		}

@@ -45,20 +45,20 @@ func (c *Console) renderSettings(w http.ResponseWriter, r *http.Request, v view,
 	}
 	d.BootURL = c.bootURL
 	if v.Can("admin") {
-		var l struct {
-			Items []org.TokenInfo `json:"items"`
-		}
-		if _, err := c.do(r.Context(), v.S.token, call{method: "GET", path: orgPath(v.Org, "tokens")}, &l); err != nil {
+		// every page: a token past the first page must still show, and
+		// be revocable here
+		toks, err := listAll[org.TokenInfo](r.Context(), c, v.S.token, orgPath(v.Org, "tokens"))
+		if err != nil {
 			c.fail(w, r, v, "listing API tokens", err)
 			return
 		}
-		d.Tokens = l.Items
-		l.Items = nil
-		if _, err := c.do(r.Context(), v.S.token, call{method: "GET", path: orgPath(v.Org, "enrollment-tokens")}, &l); err != nil {
+		d.Tokens = toks
+		enr, err := listAll[org.TokenInfo](r.Context(), c, v.S.token, orgPath(v.Org, "enrollment-tokens"))
+		if err != nil {
 			c.fail(w, r, v, "listing enrollment tokens", err)
 			return
 		}
-		d.Enrollment = l.Items
+		d.Enrollment = enr
 	}
 	v.Title, v.Section, v.Data = "Organization "+v.Org, "settings", d
 	c.render(w, r, status, "settings", v)

@@ -144,7 +144,16 @@ func (s *stack) mustAPI(want int, method, path, token string, body any, out any)
 // org makes an organization and returns tokens of the given roles.
 func (s *stack) org(id, display string, roles ...string) map[string]string {
 	s.t.Helper()
-	s.mustAPI(201, "POST", "/api/v1/orgs", s.adminTok, map[string]string{"id": id, "display_name": display}, nil)
+	// Ready does not promise the registry's command subscriptions reached
+	// the server yet: "no service answers" (503, nothing created) is
+	// retried, any other refusal fails
+	s.eventually("organization "+id+" is created", 10*time.Second, func() (bool, string) {
+		st, data := s.api("POST", "/api/v1/orgs", s.adminTok, map[string]string{"id": id, "display_name": display}, nil)
+		if st != 201 && !(st == http.StatusServiceUnavailable && strings.Contains(string(data), "no service answers")) {
+			s.t.Fatalf("POST /api/v1/orgs: %d, want 201: %s", st, data)
+		}
+		return st == 201, string(data)
+	})
 	toks := map[string]string{}
 	for _, role := range roles {
 		var out struct{ Token string }
