@@ -138,6 +138,14 @@ func (s *Server) subscribe(subject string, fn func(context.Context, []byte) (any
 		return fmt.Errorf("command: subscribing to %s: %w", subject, err)
 	}
 	s.subs = append(s.subs, sub)
+	// The server has the subscription once it answers a ping: a service
+	// that reports ready after registering its handlers is then really
+	// answering, and a first request does not meet "no responders". A
+	// failed flush (a reconnect under way) is not fatal: the client sends
+	// its subscriptions again when it reconnects.
+	if err := s.nc.FlushTimeout(5 * time.Second); err != nil {
+		s.log.Warn("command: the server has not confirmed a subscription yet", "subject", subject, "err", err)
+	}
 	return nil
 }
 
