@@ -155,23 +155,7 @@ func TestContexts(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	fv := func(set map[string]string) flagValues {
-		v := flagValues{set: map[string]bool{"config": true}, ConfigPath: path}
-		for k, val := range set {
-			v.set[k] = true
-			switch k {
-			case "context":
-				v.Context = val
-			case "server":
-				v.Server = val
-			case "token":
-				v.Token = val
-			case "org":
-				v.Org = val
-			}
-		}
-		return v
-	}
+	fv := func(set map[string]string) flagValues { return flagsWithConfig(path, set) }
 	write(`current-context: prod
 contexts:
 - name: prod

@@ -33,23 +33,7 @@ contexts:
   token-file: lab-token
   org: lab-org
 `)
-	fv := func(set map[string]string) flagValues {
-		v := flagValues{set: map[string]bool{"config": true}, ConfigPath: path}
-		for k, val := range set {
-			v.set[k] = true
-			switch k {
-			case "context":
-				v.Context = val
-			case "server":
-				v.Server = val
-			case "token":
-				v.Token = val
-			case "org":
-				v.Org = val
-			}
-		}
-		return v
-	}
+	fv := func(set map[string]string) flagValues { return flagsWithConfig(path, set) }
 	for _, c := range []struct {
 		name  string
 		env   map[string]string

@@ -24,23 +24,7 @@ func TestConfigPrecedence(t *testing.T) {
 	if err := os.WriteFile(other, []byte("org: other-org\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	flags := func(set map[string]string) flagValues {
-		fv := flagValues{set: map[string]bool{}}
-		for k, v := range set {
-			fv.set[k] = true
-			switch k {
-			case "server":
-				fv.Server = v
-			case "token":
-				fv.Token = v
-			case "org":
-				fv.Org = v
-			case "config":
-				fv.ConfigPath = v
-			}
-		}
-		return fv
-	}
+	flags := flagsOf
 	for _, c := range []struct {
 		name  string
 		env   map[string]string
@@ -186,4 +170,35 @@ func TestUsageErrors(t *testing.T) {
 			t.Errorf("completion %s: %v %.100s", shell, err, out.String())
 		}
 	}
+}
+
+// flagsOf is the command line a config test gives: each key of set is a
+// flag given with its value (config is the config file's path).
+func flagsOf(set map[string]string) flagValues {
+	v := flagValues{set: map[string]bool{}}
+	for k, val := range set {
+		v.set[k] = true
+		switch k {
+		case "context":
+			v.Context = val
+		case "server":
+			v.Server = val
+		case "token":
+			v.Token = val
+		case "org":
+			v.Org = val
+		case "config":
+			v.ConfigPath = val
+		}
+	}
+	return v
+}
+
+// flagsWithConfig is flagsOf with --config path given too.
+func flagsWithConfig(path string, set map[string]string) flagValues {
+	all := map[string]string{"config": path}
+	for k, v := range set {
+		all[k] = v
+	}
+	return flagsOf(all)
 }
