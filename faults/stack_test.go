@@ -232,9 +232,14 @@ func (s *stack) containerKubeconfig() []byte {
 func (s *stack) provision() {
 	s.t.Helper()
 	begin := time.Now()
-	if _, err := s.reg.CreateOrg(s.ctx, regapi.OrgCreate{ID: org, DisplayName: "Fault tests"}); err != nil {
-		s.t.Fatal(err)
-	}
+	// Every service said ready, but a subscription made through one NATS
+	// server reaches the others' interest graphs a moment later: a request
+	// sent through another server may find no responder yet. Creating the
+	// organization again is a no-op, so the first command is retried.
+	s.retry("create the organization", 30*time.Second, func() error {
+		_, err := s.reg.CreateOrg(s.ctx, regapi.OrgCreate{ID: org, DisplayName: "Fault tests"})
+		return err
+	})
 	var enroll string
 	s.retry("issue an enrollment token", 30*time.Second, func() error {
 		tok, err := s.reg.IssueToken(s.ctx, regapi.TokenIssue{Org: org, Kind: token.KindEnrollment, Name: "rack-1"})
