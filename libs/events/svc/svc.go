@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -181,6 +182,7 @@ type Runtime struct {
 	Registry *events.Registry
 	Health   *Health
 
+	started *atomic.Bool // see Started
 	closers []func(context.Context) error
 }
 
@@ -254,6 +256,7 @@ func Start(ctx context.Context, cfg Config, reg *events.Registry, o Options) (*R
 		return nil, err
 	}
 	rt.Poison = poison.New(js)
+	rt.addStartedCheck()
 	if cfg.AdminAddr != "" {
 		srv, err := Serve(cfg.AdminAddr, rt.Health.AdminMux(), rt.Log)
 		if err != nil {

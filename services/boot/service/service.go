@@ -207,6 +207,13 @@ func Start(ctx context.Context, cfg Config, o svc.Options, h Hooks) error {
 	} else {
 		log.Warn("no TLS configured: Ignition (with the cluster's join token and the agent credential) and the agent API are served over plain HTTP; see docs/boot.md")
 	}
+	// Boot answers firmware and agents with what the registry and the
+	// revisions service know: it is ready only while they are.
+	rt.DependsOn("registry", "revisions")
+	if err := rt.ServeReadiness(); err != nil {
+		return err
+	}
+	rt.Started()
 	log.Info("started", "listen", s.Addr, "tls_listen", s.TLSAddr, "public_url", cfg.PublicURL, "asset_base_url", cfg.AssetBaseURL,
 		"assets_dir", cfg.AssetsDir, "sysext_mirror", cfg.SysextMirror)
 	if h.Ready != nil {

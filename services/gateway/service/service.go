@@ -122,6 +122,10 @@ func Run(ctx context.Context, cfg Config, o svc.Options) error {
 		return err
 	}
 	defer srv.Shutdown(context.WithoutCancel(ctx))
+	// Every route but /version and the console's static pages is a call
+	// to one of these: the gateway is ready only while they are.
+	rt.DependsOn("registry", "revisions", "rollout")
+	rt.Started()
 	rt.Log.Info("started", "listen", cfg.Listen)
 	<-ctx.Done()
 	return nil

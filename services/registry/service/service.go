@@ -191,6 +191,10 @@ func Start(ctx context.Context, cfg Config, o svc.Options, ready chan<- *Service
 		return err
 	}
 	defer srv.Close()
+	if err := rt.ServeReadiness(); err != nil {
+		return err
+	}
+	rt.Started()
 	rt.Log.Info("started", "instance", cfg.Instance, "offline_after", cfg.OfflineAfter, "ipxe_record_interval", cfg.IPXERecordInterval,
 		"enrollment_rate", cfg.EnrollmentRate, "enrollment_burst", cfg.EnrollmentBurst)
 	if ready != nil {

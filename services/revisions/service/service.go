@@ -148,6 +148,11 @@ func Run(ctx context.Context, cfg Config, o svc.Options) error {
 			srv.Close()
 			return fmt.Errorf("%s: %w", Name, err)
 		}
+		if err := rt.ServeReadiness(); err != nil {
+			srv.Close()
+			return fmt.Errorf("%s: %w", Name, err)
+		}
+		rt.Started()
 		rt.Log.Info("serving", "subjects", len(api.Subjects), "boot_url", renderOpts.BaseURL, "keys", len(keys))
 	}
 

@@ -243,6 +243,11 @@ func Start(ctx context.Context, cfg Config, o svc.Options, h Hooks) error {
 		srv.Close()
 		return err
 	}
+	if err := rt.ServeReadiness(); err != nil {
+		srv.Close()
+		return err
+	}
+	rt.Started()
 	log.Info("started", "lease_ttl", cfg.LeaseTTL, "poll", a.Settings.Poll, "replan", a.Settings.Replan)
 	if h.Ready != nil {
 		h.Ready <- s
