@@ -119,6 +119,21 @@ func startStack(t testing.TB, opts ...stackOption) *stack {
 			t.Errorf("boot: %v", err)
 		}
 	}()
+	if !slices.Contains(opts, withRollout) && !kube {
+		// Without the rollout service the gateway would never be ready
+		// (it is ready only while the services it calls are): a stand-in
+		// says rollout is, so that readiness reflects the services that
+		// run. Tests that exercise rollouts run the real service or
+		// newFakeRollout.
+		sub, err := env.Conn.Subscribe(svc.ReadySubject("rollout"), func(m *nats.Msg) {
+			data, _ := json.Marshal(svc.Readiness{Ready: true})
+			_ = m.Respond(data)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = sub.Unsubscribe() })
+	}
 	if slices.Contains(opts, withRollout) || kube {
 		wg.Add(1)
 		go func() {
