@@ -145,9 +145,18 @@ func (s *JetStreamStore) Append(ctx context.Context, ref AggregateRef, expected 
 			var apiErr *jetstream.APIError
 			if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
 				apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
-				// The expectation is checked before deduplication, so a retry
-				// of an append that did land looks like a conflict.
-				if seq, found := s.findSince(ctx, subject, expected, envs[i].ID); found {
+				// The expectation is checked before deduplication (always on a
+				// single server; in a cluster once the duplicate window has
+				// passed), so a retry of an append that did land looks like a
+				// conflict.
+				seq, found, err := s.findSince(ctx, subject, expected, envs[i].ID)
+				if err != nil {
+					// Not knowing whether the event is stored is no lost race:
+					// the caller must retry the same events, not decide anew.
+					return envs[:i], fmt.Errorf("events: appending %s to %s: version %d was not current, and whether "+
+						"an earlier attempt stored event %s could not be checked: %w", envs[i].Type, ref, expected, envs[i].ID, err)
+				}
+				if found {
 					envs[i].Sequence, expected = seq, seq
 					continue
 				}
@@ -177,7 +186,7 @@ func (s *JetStreamStore) lastSeq(ctx context.Context, subject string) uint64 {
 }
 
 // findSince looks for event id among the subject's events after seq.
-func (s *JetStreamStore) findSince(ctx context.Context, subject string, seq uint64, id string) (uint64, bool) {
+func (s *JetStreamStore) findSince(ctx context.Context, subject string, seq uint64, id string) (uint64, bool, error) {
 	var found uint64
 	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject},
 		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: seq + 1}
@@ -188,7 +197,7 @@ func (s *JetStreamStore) findSince(ctx context.Context, subject string, seq uint
 		}
 		return false, nil
 	})
-	return found, err == nil && found != 0
+	return found, found != 0, err
 }
 
 func (s *JetStreamStore) Load(ctx context.Context, ref AggregateRef) ([]Envelope, error) {
