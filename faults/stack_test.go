@@ -27,11 +27,8 @@ import (
 	"github.com/anvil-fleet/anvil/libs/events"
 	"github.com/anvil-fleet/anvil/libs/kubeharness"
 	regapi "github.com/anvil-fleet/anvil/services/registry/api"
-	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
-	"github.com/anvil-fleet/anvil/services/registry/domain/token"
 	revapi "github.com/anvil-fleet/anvil/services/revisions/api"
 	"github.com/anvil-fleet/anvil/services/rollout/api"
-	"github.com/anvil-fleet/anvil/services/rollout/domain/rollout"
 	"github.com/anvil-fleet/anvil/sim"
 )
 
@@ -242,7 +239,7 @@ func (s *stack) provision() {
 	})
 	var enroll string
 	s.retry("issue an enrollment token", 30*time.Second, func() error {
-		tok, err := s.reg.IssueToken(s.ctx, regapi.TokenIssue{Org: org, Kind: token.KindEnrollment, Name: "rack-1"})
+		tok, err := s.reg.IssueToken(s.ctx, regapi.TokenIssue{Org: org, Kind: regapi.KindEnrollment, Name: "rack-1"})
 		enroll = tok.Token
 		return err
 	})
@@ -268,7 +265,7 @@ func (s *stack) provision() {
 		uuid := fmt.Sprintf("fa017000-0000-4000-8000-%012x", i)
 		host := fmt.Sprintf("%s-m%02d", poolName, i)
 		s.retry("pre-register "+host, 30*time.Second, func() error {
-			_, err := s.reg.Machine(s.ctx, org, uuid, machine.PreRegister{UUID: uuid, Hostname: host, Pool: poolName}, 0)
+			_, err := s.reg.Machine(s.ctx, org, uuid, regapi.PreRegister{UUID: uuid, Hostname: host, Pool: poolName}, 0)
 			if err != nil && strings.Contains(err.Error(), "exists") {
 				return nil
 			}
@@ -340,7 +337,7 @@ func (s *stack) apply() uint64 {
 			return false, err.Error()
 		}
 		for _, m := range ms {
-			if m.Connectivity != machine.Online || string(m.Status) != "ready" {
+			if m.Connectivity != regapi.Online || string(m.Status) != "ready" {
 				return false, fmt.Sprintf("%s: %s, %q", m.Hostname, m.Status, m.Connectivity)
 			}
 		}
@@ -392,7 +389,7 @@ func (s *stack) waitProgress(revision uint64, done int) api.Rollout {
 			return false, err.Error()
 		}
 		out = r
-		if r.Status.Final() || r.Status == rollout.StatusFailed {
+		if r.Status.Final() || r.Status == api.StatusFailed {
 			s.t.Fatalf("rollout %s is %s before the fault (%s): %s", r.ID, r.Status, r.Progress, r.Reason)
 		}
 		return r.Progress.Done >= done, fmt.Sprintf("%s %s (%s)", r.ID, r.Status, r.Progress)
@@ -410,10 +407,10 @@ func (s *stack) waitRollout(revision uint64, d time.Duration) api.Rollout {
 			return false, err.Error()
 		}
 		id = r.ID
-		if r.Status == rollout.StatusFailed || r.Status == rollout.StatusAborted {
+		if r.Status == api.StatusFailed || r.Status == api.StatusAborted {
 			s.t.Fatalf("rollout %s %s: %s", r.ID, r.Status, r.Reason)
 		}
-		return r.Status == rollout.StatusSucceeded && !r.Aborting, fmt.Sprintf("%s %s (%s) %s", r.ID, r.Status, r.Progress, r.Reason)
+		return r.Status == api.StatusSucceeded && !r.Aborting, fmt.Sprintf("%s %s (%s) %s", r.ID, r.Status, r.Progress, r.Reason)
 	})
 	var r api.Rollout
 	s.retry("read rollout "+id, 30*time.Second, func() error {

@@ -14,7 +14,7 @@ import (
 
 	"github.com/anvil-fleet/anvil/libs/kubeharness"
 	bootapi "github.com/anvil-fleet/anvil/services/boot/api"
-	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
+	regapi "github.com/anvil-fleet/anvil/services/registry/api"
 	"github.com/anvil-fleet/anvil/sim"
 )
 
@@ -67,10 +67,10 @@ func TestScale(t *testing.T) {
 	lap("registered (waiting)")
 
 	parallel(t, ms, 16, func(m *sim.Machine) error {
-		if err := s.tryCommand(m.UUID(), machine.AssignToPool{Pool: pool}); err != nil {
+		if err := s.tryCommand(m.UUID(), regapi.AssignToPool{Pool: pool}); err != nil {
 			return err
 		}
-		return s.tryCommand(m.UUID(), machine.SetTargetRevision{Revision: 1})
+		return s.tryCommand(m.UUID(), regapi.SetTargetRevision{Revision: 1})
 	})
 	lap("assigned")
 	all("all running", func(m *sim.Machine) bool { return m.Phase() == sim.PhaseRunning })
@@ -92,7 +92,7 @@ func TestScale(t *testing.T) {
 
 	rev2 := s.newRevision("4230.2.4")
 	parallel(t, ms, 16, func(m *sim.Machine) error {
-		if err := s.tryCommand(m.UUID(), machine.SetTargetRevision{Revision: rev2}); err != nil {
+		if err := s.tryCommand(m.UUID(), regapi.SetTargetRevision{Revision: rev2}); err != nil {
 			return err
 		}
 		return s.tryRequestReboot("scale", bootapi.RebootRequested{Org: org, UUID: m.UUID(), InstructionID: "i-" + m.UUID()[24:],

@@ -10,7 +10,7 @@ import (
 
 	"github.com/anvil-fleet/anvil/libs/kubeharness"
 	bootapi "github.com/anvil-fleet/anvil/services/boot/api"
-	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
+	regapi "github.com/anvil-fleet/anvil/services/registry/api"
 	"github.com/anvil-fleet/anvil/sim"
 )
 
@@ -75,7 +75,7 @@ func TestFleetAgainstTheRealStack(t *testing.T) {
 	s.eventually("machine registered and waiting", func() (bool, string) {
 		st := m.Status()
 		reg, err := s.machine(uuid)
-		return st.Phase == sim.PhaseWaiting && st.IPXERequests >= 3 && err == nil && reg.Status == machine.StatusReadyUnassigned,
+		return st.Phase == sim.PhaseWaiting && st.IPXERequests >= 3 && err == nil && reg.Status == regapi.StatusReadyUnassigned,
 			mustJSON(st) + " " + mustJSON(reg) + errString(err)
 	})
 	if m.Boots() != 0 || m.BootedRevision() != "" {
@@ -88,8 +88,8 @@ func TestFleetAgainstTheRealStack(t *testing.T) {
 	// Assigned, with a target revision: it boots, its agent reports the
 	// revision, and its node joins with the labels from Ignition.
 	for _, x := range machines {
-		s.command(x.UUID(), machine.AssignToPool{Pool: pool})
-		s.command(x.UUID(), machine.SetTargetRevision{Revision: 1})
+		s.command(x.UUID(), regapi.AssignToPool{Pool: pool})
+		s.command(x.UUID(), regapi.SetTargetRevision{Revision: 1})
 	}
 	s.eventually("revision 1 booted and reported", func() (bool, string) {
 		st := m.Status()
@@ -112,7 +112,7 @@ func TestFleetAgainstTheRealStack(t *testing.T) {
 	t.Run("reboot instruction", func(t *testing.T) {
 		watch := s.watchReady(host)
 		rev2 = s.newRevision("4230.2.4")
-		s.command(uuid, machine.SetTargetRevision{Revision: rev2})
+		s.command(uuid, regapi.SetTargetRevision{Revision: rev2})
 		s.requestReboot("r-1", bootapi.RebootRequested{Org: org, UUID: uuid, InstructionID: "i-1", Kind: bootapi.KindReboot,
 			Pool: pool, Revision: rev2, Reason: "sim test"})
 		s.eventually("instruction i-1 done", func() (bool, string) {

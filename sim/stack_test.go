@@ -24,8 +24,6 @@ import (
 	bootapi "github.com/anvil-fleet/anvil/services/boot/api"
 	"github.com/anvil-fleet/anvil/services/boot/api/simassets"
 	regapi "github.com/anvil-fleet/anvil/services/registry/api"
-	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
-	"github.com/anvil-fleet/anvil/services/registry/domain/token"
 	revapi "github.com/anvil-fleet/anvil/services/revisions/api"
 	revisions "github.com/anvil-fleet/anvil/services/revisions/service"
 )
@@ -118,7 +116,7 @@ func startStack(t *testing.T) *stack {
 		return err
 	})
 	s.retry("issue an enrollment token", func() error {
-		tok, err := s.reg.IssueToken(s.ctx, regapi.TokenIssue{Org: org, Kind: token.KindEnrollment, Name: "sim"})
+		tok, err := s.reg.IssueToken(s.ctx, regapi.TokenIssue{Org: org, Kind: regapi.KindEnrollment, Name: "sim"})
 		s.enroll = tok.Token
 		return err
 	})
@@ -183,7 +181,7 @@ func (s *stack) eventually(what string, cond func() (bool, string)) {
 	}
 }
 
-func (s *stack) command(uuid string, c machine.Command) {
+func (s *stack) command(uuid string, c regapi.MachineCommand) {
 	s.t.Helper()
 	if err := s.tryCommand(uuid, c); err != nil {
 		s.t.Fatal(err)
@@ -192,7 +190,7 @@ func (s *stack) command(uuid string, c machine.Command) {
 
 // tryCommand sends a machine command, retrying for a while; it is safe to
 // call from any goroutine.
-func (s *stack) tryCommand(uuid string, c machine.Command) error {
+func (s *stack) tryCommand(uuid string, c regapi.MachineCommand) error {
 	deadline := time.Now().Add(90 * time.Second)
 	for {
 		_, err := s.reg.Machine(s.ctx, org, uuid, c, 0)

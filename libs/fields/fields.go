@@ -72,6 +72,24 @@ func DNSSubdomain(s string) error {
 	return nil
 }
 
+// PoolName checks a pool's name: a DNS label, as the registry (which
+// assigns machines to pools) and the revisions service (which owns pools)
+// both require.
+func PoolName(s string) error { return DNSLabel(s) }
+
+// NodeName is the name of a machine's Kubernetes Node: its hostname, or,
+// when it has none (a machine that registered itself and was never
+// named), its UUID, which is unique in the organization and a valid DNS
+// label. The registry shows it, and the boot and rollout services name
+// the Node with it, so that it is the same in the Ignition config, the
+// Node and the API.
+func NodeName(hostname, uuid string) string {
+	if hostname != "" {
+		return hostname
+	}
+	return uuid
+}
+
 // Hostname checks a machine's hostname: lowercase RFC 1123 (the kubelet
 // registers the node under it, and node names are DNS subdomains), at
 // most MaxHostname characters (it is also the kubernetes.io/hostname label

@@ -79,3 +79,25 @@ func FuzzRules(f *testing.F) {
 		_ = Token(s, 64)
 	})
 }
+
+// A pool's name is a DNS label, and a node is named after the machine's
+// hostname, or its UUID when it has none.
+func TestPoolAndNodeNames(t *testing.T) {
+	for _, p := range []string{"workers", "gpu-a100", strings.Repeat("a", 63)} {
+		if err := PoolName(p); err != nil {
+			t.Errorf("PoolName(%q): %v", p, err)
+		}
+	}
+	for _, p := range []string{"", "Workers", "-a", "a_b", "a.b", strings.Repeat("a", 64)} {
+		if PoolName(p) == nil {
+			t.Errorf("PoolName(%q) accepted", p)
+		}
+	}
+	const uuid = "4c4c4544-0000-0000-0000-000000000001"
+	if got := NodeName("w1", uuid); got != "w1" {
+		t.Errorf("NodeName with a hostname = %q", got)
+	}
+	if got := NodeName("", uuid); got != uuid {
+		t.Errorf("NodeName without a hostname = %q", got)
+	}
+}

@@ -10,7 +10,6 @@ require (
 	github.com/ThreeDotsLabs/watermill v1.5.1 // indirect
 	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect
 	github.com/anvil-fleet/anvil/agent v0.0.0 // indirect
-	github.com/anvil-fleet/anvil/libs/fields v0.0.0 // indirect
 	github.com/aws/aws-sdk-go-v2 v1.43.4 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/blang/semver/v4 v4.0.0 // indirect
@@ -146,6 +145,7 @@ replace github.com/anvil-fleet/anvil/services/revisions => ../revisions
 
 require (
 	github.com/anvil-fleet/anvil/devstack v0.0.0-00010101000000-000000000000
+	github.com/anvil-fleet/anvil/libs/fields v0.0.0
 	github.com/anvil-fleet/anvil/libs/kubeharness v0.0.0-00010101000000-000000000000
 	github.com/anvil-fleet/anvil/services/boot v0.0.0
 	github.com/anvil-fleet/anvil/services/rollout v0.0.0

@@ -11,7 +11,6 @@ import (
 	"github.com/anvil-fleet/anvil/libs/events"
 	"github.com/anvil-fleet/anvil/libs/events/errs"
 	regapi "github.com/anvil-fleet/anvil/services/registry/api"
-	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
 )
 
 // Registry calls the registry service over NATS; its errors are the
@@ -68,7 +67,7 @@ func (r Registry) Heartbeat(ctx context.Context, org, uuid string, at time.Time)
 	return r.Client.Heartbeat(asMachine(ctx, uuid), regapi.Heartbeat{Org: org, UUID: uuid, At: at})
 }
 
-func (r Registry) Command(ctx context.Context, org, uuid string, cmd machine.Command) error {
+func (r Registry) Command(ctx context.Context, org, uuid string, cmd regapi.MachineCommand) error {
 	_, err := r.Client.Machine(asMachine(ctx, uuid), org, uuid, cmd, 0)
 	return err
 }

@@ -16,7 +16,6 @@ import (
 	"github.com/anvil-fleet/anvil/services/boot/domain/record"
 	"github.com/anvil-fleet/anvil/services/boot/domain/signing"
 	regapi "github.com/anvil-fleet/anvil/services/registry/api"
-	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
 )
 
 // Registry is what the boot service asks of the registry.
@@ -31,7 +30,7 @@ type Registry interface {
 	GetMachineAt(ctx context.Context, org, uuid string, seq uint64) (regapi.Machine, error)
 	Heartbeat(ctx context.Context, org, uuid string, at time.Time) error
 	// Command runs one machine command (RecordIgnition, ReportHardware…).
-	Command(ctx context.Context, org, uuid string, cmd machine.Command) error
+	Command(ctx context.Context, org, uuid string, cmd regapi.MachineCommand) error
 }
 
 // Flatcar is the OS image a pool revision boots.
@@ -168,7 +167,7 @@ func (a *App) backoff(attempt int) int {
 // name as the registry derives it (the name an operator gave it, or else
 // its UUID), so that its Ignition, its Node and the API agree.
 func hostname(m regapi.Machine) string {
-	return machine.NodeNameOf(m.Hostname, m.UUID)
+	return regapi.NodeNameOf(m.Hostname, m.UUID)
 }
 
 // update applies fn to a copy of rec first, and writes through Records

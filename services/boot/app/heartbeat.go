@@ -8,7 +8,7 @@ import (
 	"github.com/anvil-fleet/anvil/libs/events/errs"
 	"github.com/anvil-fleet/anvil/services/boot/domain/record"
 	"github.com/anvil-fleet/anvil/services/boot/domain/report"
-	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
+	regapi "github.com/anvil-fleet/anvil/services/registry/api"
 )
 
 // Heartbeat handles POST /agent/v1/machines/{uuid}/heartbeat: the registry
@@ -49,7 +49,7 @@ func (a *App) observeBooted(ctx context.Context, ag Agent, mrid string, now time
 		a.Log.WarnContext(ctx, "the agent reports a machine revision this boot service never served", "org", ag.Org, "uuid", ag.UUID, "booted_revision", mrid)
 		return "booted revision " + mrid + " was not served to this machine by the boot service; it is not recorded", nil
 	}
-	if err := a.Registry.Command(ctx, ag.Org, ag.UUID, machine.ReportBootedRevision{Revision: served.Revision, At: now}); err != nil {
+	if err := a.Registry.Command(ctx, ag.Org, ag.UUID, regapi.ReportBootedRevision{Revision: served.Revision, At: now}); err != nil {
 		if unavailable(err) {
 			return "", err
 		}

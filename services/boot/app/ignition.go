@@ -10,7 +10,6 @@ import (
 	"github.com/anvil-fleet/anvil/services/boot/domain/record"
 	"github.com/anvil-fleet/anvil/services/boot/domain/signing"
 	regapi "github.com/anvil-fleet/anvil/services/registry/api"
-	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
 	revapi "github.com/anvil-fleet/anvil/services/revisions/api"
 )
 
@@ -95,7 +94,7 @@ func (a *App) Ignition(ctx context.Context, rawQuery string) ([]byte, error) {
 	}
 	// The timestamp is best effort: a machine is not kept from booting
 	// because its Last Ignition could not be written.
-	if err := a.Registry.Command(ctx, claims.Org, uuid, machine.RecordIgnition{At: now}); err != nil {
+	if err := a.Registry.Command(ctx, claims.Org, uuid, regapi.RecordIgnition{At: now}); err != nil {
 		recordFailures.WithLabelValues("last_ignition").Inc()
 		a.Log.WarnContext(ctx, "Last Ignition not recorded", "org", claims.Org, "uuid", uuid, "err", err)
 	}

@@ -7,7 +7,6 @@ import (
 	"github.com/anvil-fleet/anvil/services/boot/domain/record"
 	"github.com/anvil-fleet/anvil/services/boot/domain/signing"
 	regapi "github.com/anvil-fleet/anvil/services/registry/api"
-	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
 )
 
 // TestStaleTokens: a per-boot token fits its machine only while the
@@ -15,24 +14,24 @@ import (
 // revision as its target or current revision.
 func TestStaleTokens(t *testing.T) {
 	tok := signing.BootClaims{Org: "acme", UUID: "u", Pool: "workers", Revision: 2}
-	m := func(status machine.Status, pool string, current, target uint64) regapi.Machine {
-		return regapi.Machine{Org: "acme", State: machine.State{UUID: "u", Status: status, Pool: pool, CurrentRevision: current, TargetRevision: target}}
+	m := func(status regapi.Status, pool string, current, target uint64) regapi.Machine {
+		return regapi.Machine{Org: "acme", UUID: "u", Status: status, Pool: pool, CurrentRevision: current, TargetRevision: target}
 	}
 	for _, tc := range []struct {
 		name   string
 		m      regapi.Machine
 		reason string
 	}{
-		{"target", m(machine.StatusProvisioning, "workers", 0, 2), ""},
-		{"current, moving on", m(machine.StatusReconfiguring, "workers", 2, 3), ""},
-		{"maintenance", m(machine.StatusMaintenance, "workers", 2, 2), ""},
-		{"being unassigned", m(machine.StatusUnassigning, "workers", 2, 2), ""},
-		{"no pool", m(machine.StatusReadyUnassigned, "", 2, 0), "pool_changed"},
-		{"another pool", m(machine.StatusProvisioning, "gpus", 0, 2), "pool_changed"},
-		{"being deleted", m(machine.StatusDeleting, "workers", 2, 2), "machine_waiting"},
-		{"not targeted", m(machine.StatusPending, "workers", 2, 0), "machine_waiting"},
-		{"older revision", m(machine.StatusReconfiguring, "workers", 3, 4), "revision_changed"},
-		{"retargeted before it booted", m(machine.StatusProvisioning, "workers", 0, 3), "revision_changed"},
+		{"target", m(regapi.StatusProvisioning, "workers", 0, 2), ""},
+		{"current, moving on", m(regapi.StatusReconfiguring, "workers", 2, 3), ""},
+		{"maintenance", m(regapi.StatusMaintenance, "workers", 2, 2), ""},
+		{"being unassigned", m(regapi.StatusUnassigning, "workers", 2, 2), ""},
+		{"no pool", m(regapi.StatusReadyUnassigned, "", 2, 0), "pool_changed"},
+		{"another pool", m(regapi.StatusProvisioning, "gpus", 0, 2), "pool_changed"},
+		{"being deleted", m(regapi.StatusDeleting, "workers", 2, 2), "machine_waiting"},
+		{"not targeted", m(regapi.StatusPending, "workers", 2, 0), "machine_waiting"},
+		{"older revision", m(regapi.StatusReconfiguring, "workers", 3, 4), "revision_changed"},
+		{"retargeted before it booted", m(regapi.StatusProvisioning, "workers", 0, 3), "revision_changed"},
 	} {
 		reason, detail := stale(tc.m, tok)
 		if reason != tc.reason || (reason != "") != (detail != "") {
@@ -50,17 +49,17 @@ func TestRevocationOf(t *testing.T) {
 		cause   record.Cause
 		before  time.Time
 	}{
-		{machine.Deleted{Policy: machine.DeletionForced}, record.CauseDeleted, at.Truncate(time.Millisecond).Add(time.Millisecond)},
-		{machine.Unassigned{Pool: "workers"}, record.CauseUnassigned, at.Truncate(time.Millisecond).Add(time.Millisecond)},
-		{machine.ForceUnassigned{Pool: "workers"}, record.CauseForceUnassigned, at.Truncate(time.Millisecond).Add(time.Millisecond)},
-		{machine.Registered{BootedAt: booted}, record.CauseRegistered, booted},
+		{regapi.Deleted{Policy: regapi.DeletionForced}, record.CauseDeleted, at.Truncate(time.Millisecond).Add(time.Millisecond)},
+		{regapi.Unassigned{Pool: "workers"}, record.CauseUnassigned, at.Truncate(time.Millisecond).Add(time.Millisecond)},
+		{regapi.ForceUnassigned{Pool: "workers"}, record.CauseForceUnassigned, at.Truncate(time.Millisecond).Add(time.Millisecond)},
+		{regapi.Registered{BootedAt: booted}, record.CauseRegistered, booted},
 	} {
 		cause, before, ok := RevocationOf(tc.payload, at)
 		if !ok || cause != tc.cause || !before.Equal(tc.before) {
 			t.Errorf("%T: %s %s %v, want %s %s", tc.payload, cause, before, ok, tc.cause, tc.before)
 		}
 	}
-	for _, p := range []any{machine.UnassignStarted{}, machine.DeletionStarted{}, machine.AssignedToPool{}, machine.Preregistered{}} {
+	for _, p := range []any{regapi.UnassignStarted{}, regapi.DeletionStarted{}, regapi.AssignedToPool{}, regapi.Preregistered{}} {
 		if _, _, ok := RevocationOf(p, at); ok {
 			t.Errorf("%T revokes", p)
 		}

@@ -10,7 +10,6 @@ import (
 	"github.com/anvil-fleet/anvil/services/boot/domain/ipxe"
 	"github.com/anvil-fleet/anvil/services/boot/domain/signing"
 	regapi "github.com/anvil-fleet/anvil/services/registry/api"
-	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
 )
 
 // MachineScript answers GET /ipxe?uuid&mac&token[&attempt]: it registers
@@ -86,7 +85,7 @@ func (a *App) MachineScript(ctx context.Context, req ScriptRequest) Script {
 // "" when it can.
 func waitReason(m regapi.Machine) string {
 	switch {
-	case m.Status == machine.StatusDeleting:
+	case m.Status == regapi.StatusDeleting:
 		return "it is being deleted; it boots nothing until the deletion is aborted"
 	case m.Pool == "":
 		return "waiting to be assigned to a machine pool"

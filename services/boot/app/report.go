@@ -7,7 +7,7 @@ import (
 	"github.com/anvil-fleet/anvil/libs/events/errs"
 	"github.com/anvil-fleet/anvil/services/boot/api"
 	"github.com/anvil-fleet/anvil/services/boot/domain/report"
-	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
+	regapi "github.com/anvil-fleet/anvil/services/registry/api"
 )
 
 // Report handles POST /agent/v1/machines/{uuid}/report: the hardware, the
@@ -39,12 +39,12 @@ func (a *App) Report(ctx context.Context, ag Agent, rep agentapi.Report) error {
 
 	if hw, err := report.Hardware(rep.Hardware); err != nil {
 		problems = append(problems, "hardware not recorded: "+err.Error())
-	} else if err := a.Registry.Command(ctx, ag.Org, ag.UUID, machine.ReportHardware{Hardware: hw, At: now}); err != nil {
+	} else if err := a.Registry.Command(ctx, ag.Org, ag.UUID, regapi.ReportHardware{Hardware: hw, At: now}); err != nil {
 		if err := fail("hardware", err); err != nil {
 			return err
 		}
 	}
-	if err := a.Registry.Command(ctx, ag.Org, ag.UUID, machine.ReportRebootRequired{
+	if err := a.Registry.Command(ctx, ag.Org, ag.UUID, regapi.ReportRebootRequired{
 		Required: rep.RebootRequired.Required, Reason: report.RebootReason(rep.RebootRequired),
 	}); err != nil {
 		if err := fail("reboot_required", err); err != nil {

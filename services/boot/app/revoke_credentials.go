@@ -10,7 +10,7 @@ import (
 	"github.com/anvil-fleet/anvil/libs/events/errs"
 	"github.com/anvil-fleet/anvil/services/boot/domain/ipxe"
 	"github.com/anvil-fleet/anvil/services/boot/domain/record"
-	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
+	regapi "github.com/anvil-fleet/anvil/services/registry/api"
 )
 
 var credentialRevocations = promauto.NewCounterVec(prometheus.CounterOpts{
@@ -29,7 +29,7 @@ func init() {
 // in a pool ended (unassigned, force-unassigned), or a new life began
 // (registered, after a deletion).
 func RevokingEvents() []any {
-	return []any{machine.Deleted{}, machine.Unassigned{}, machine.ForceUnassigned{}, machine.Registered{}}
+	return []any{regapi.Deleted{}, regapi.Unassigned{}, regapi.ForceUnassigned{}, regapi.Registered{}}
 }
 
 // RevocationOf says what a revoking event revokes: the cause, and the
@@ -44,13 +44,13 @@ func RevokingEvents() []any {
 func RevocationOf(payload any, at time.Time) (cause record.Cause, before time.Time, ok bool) {
 	end := at.Truncate(time.Millisecond).Add(time.Millisecond)
 	switch p := payload.(type) {
-	case machine.Deleted:
+	case regapi.Deleted:
 		return record.CauseDeleted, end, true
-	case machine.Unassigned:
+	case regapi.Unassigned:
 		return record.CauseUnassigned, end, true
-	case machine.ForceUnassigned:
+	case regapi.ForceUnassigned:
 		return record.CauseForceUnassigned, end, true
-	case machine.Registered:
+	case regapi.Registered:
 		if p.BootedAt.IsZero() {
 			return record.CauseRegistered, at, true
 		}

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
+	regapi "github.com/anvil-fleet/anvil/services/registry/api"
 )
 
 // TestBadInputNeverFails sends every endpoint malformed, hostile and
@@ -211,4 +211,4 @@ func TestDependenciesDown(t *testing.T) {
 	}
 }
 
-func machineSetHostname(h string) machine.SetHostname { return machine.SetHostname{Hostname: h} }
+func machineSetHostname(h string) regapi.SetHostname { return regapi.SetHostname{Hostname: h} }

@@ -14,7 +14,7 @@ import (
 	"github.com/anvil-fleet/anvil/libs/events/svc"
 	"github.com/anvil-fleet/anvil/services/boot/app"
 	"github.com/anvil-fleet/anvil/services/boot/service"
-	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
+	regapi "github.com/anvil-fleet/anvil/services/registry/api"
 	"github.com/anvil-fleet/anvil/services/revisions/domain/cluster"
 	"github.com/anvil-fleet/anvil/services/revisions/domain/pool"
 	"github.com/anvil-fleet/anvil/services/revisions/domain/render"
@@ -136,7 +136,7 @@ func bootStorm(b *testing.B, prepare bool) {
 		b.StopTimer()
 		setupStart := time.Now()
 		assign, err := eventstest.Parallel(n, 64, func(i int) error {
-			for _, c := range []machine.Command{machine.AssignToPool{Pool: "workers"}, machine.SetTargetRevision{Revision: 1}} {
+			for _, c := range []regapi.MachineCommand{regapi.AssignToPool{Pool: "workers"}, regapi.SetTargetRevision{Revision: 1}} {
 				for attempt := 0; ; attempt++ {
 					_, err := s.reg.Machine(s.ctx, "acme", benchUUID(i), c, 0)
 					if err == nil {

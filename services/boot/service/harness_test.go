@@ -29,8 +29,6 @@ import (
 	"github.com/anvil-fleet/anvil/services/boot/domain/ipxe"
 	"github.com/anvil-fleet/anvil/services/boot/service"
 	regapi "github.com/anvil-fleet/anvil/services/registry/api"
-	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
-	"github.com/anvil-fleet/anvil/services/registry/domain/token"
 	regservice "github.com/anvil-fleet/anvil/services/registry/service"
 	revapi "github.com/anvil-fleet/anvil/services/revisions/api"
 	"github.com/anvil-fleet/anvil/services/revisions/domain/render"
@@ -178,7 +176,7 @@ func (s *stack) org(id string) string {
 
 func (s *stack) enrollToken(org string, expires time.Time) string {
 	s.t.Helper()
-	tok, err := s.reg.IssueToken(s.ctx, regapi.TokenIssue{Org: org, Kind: token.KindEnrollment, Name: "rack-1", ExpiresAt: expires})
+	tok, err := s.reg.IssueToken(s.ctx, regapi.TokenIssue{Org: org, Kind: regapi.KindEnrollment, Name: "rack-1", ExpiresAt: expires})
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -249,7 +247,7 @@ func (s *stack) renderOptions(version string) render.Options {
 // assign puts a machine into a pool with a target revision.
 func (s *stack) assign(org, uuid, pool string, rev uint64) {
 	s.t.Helper()
-	for _, c := range []machine.Command{machine.AssignToPool{Pool: pool}, machine.SetTargetRevision{Revision: rev}} {
+	for _, c := range []regapi.MachineCommand{regapi.AssignToPool{Pool: pool}, regapi.SetTargetRevision{Revision: rev}} {
 		r, err := s.reg.Machine(s.ctx, org, uuid, c, 0)
 		if err != nil {
 			s.t.Fatalf("%s: %v", c.CommandType(), err)

@@ -13,7 +13,7 @@ import (
 
 	"github.com/anvil-fleet/anvil/libs/events/eventstest"
 	"github.com/anvil-fleet/anvil/services/boot/service"
-	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
+	regapi "github.com/anvil-fleet/anvil/services/registry/api"
 )
 
 // TestRealFirmware boots a QEMU virtual machine whose NIC option ROM is
@@ -85,8 +85,8 @@ func TestRealFirmware(t *testing.T) {
 	}
 
 	// The firmware registers the machine under its SMBIOS UUID.
-	var m = func() machine.State { got, _ := s.machine("acme", uuid); return got.State }
-	waitFor("the machine registers", func() bool { return m().Status == machine.StatusReadyUnassigned })
+	var m = func() regapi.Machine { got, _ := s.machine("acme", uuid); return got }
+	waitFor("the machine registers", func() bool { return m().Status == regapi.StatusReadyUnassigned })
 	if got := m(); got.MAC != "52:54:00:12:34:56" || got.LastIPXEBootAt.IsZero() {
 		t.Errorf("registered as %+v", got)
 	}
@@ -165,7 +165,7 @@ func TestBuiltArtifact(t *testing.T) {
 	})
 	console := func() string { b, _ := os.ReadFile(serial); return string(b) }
 	for {
-		if m, err := s.machine("acme", uuid); err == nil && m.Status == machine.StatusReadyUnassigned {
+		if m, err := s.machine("acme", uuid); err == nil && m.Status == regapi.StatusReadyUnassigned {
 			break
 		}
 		select {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/anvil-fleet/anvil/libs/events"
 	"github.com/anvil-fleet/anvil/services/boot/service"
-	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
+	regapi "github.com/anvil-fleet/anvil/services/registry/api"
 )
 
 // life is what one boot handed a machine: the Ignition URL with its
@@ -97,7 +97,7 @@ func (s *stack) refusal(what string, r response, l life) {
 
 // command runs machine commands (as an operator or the rollout service
 // would) one after the other, each on the state the one before left.
-func (s *stack) command(org, uuid string, cmds ...machine.Command) {
+func (s *stack) command(org, uuid string, cmds ...regapi.MachineCommand) {
 	s.t.Helper()
 	for _, c := range cmds {
 		r, err := s.reg.Machine(s.ctx, org, uuid, c, 0)
@@ -117,8 +117,8 @@ func (s *stack) reregister(org, uuid, mac, enroll string) {
 		return err != nil, errString(err)
 	})
 	s.register(org, uuid, mac, enroll)
-	if m, err := s.machine(org, uuid); err != nil || m.Status != machine.StatusReadyUnassigned || m.Pool != "" {
-		s.t.Fatalf("after registering again: %+v %v", m.State, err)
+	if m, err := s.machine(org, uuid); err != nil || m.Status != regapi.StatusReadyUnassigned || m.Pool != "" {
+		s.t.Fatalf("after registering again: %+v %v", m, err)
 	}
 }
 
@@ -164,7 +164,7 @@ func TestCredentialsRevokedByForcedDeleteAndReregistration(t *testing.T) {
 	s.works(uuid, first)
 	deleted, again := s.revocations("deleted"), s.revocations("registered_again")
 
-	s.command("acme", uuid, machine.Delete{Policy: machine.DeletionForced})
+	s.command("acme", uuid, regapi.Delete{Policy: regapi.DeletionForced})
 	s.revoked(uuid, first, "the machine was deleted")
 	s.reregister("acme", uuid, mac, enroll)
 	s.revoked(uuid, first, "the machine registered itself again after it was deleted")
@@ -222,14 +222,14 @@ func TestCredentialsRevokedByUnassign(t *testing.T) {
 	first := s.bootLife("acme", uuid, mac, enroll)
 	before := s.revocations("unassigned")
 
-	s.command("acme", uuid, machine.Unassign{})
-	if m, _ := s.machine("acme", uuid); m.Status != machine.StatusUnassigning {
+	s.command("acme", uuid, regapi.Unassign{})
+	if m, _ := s.machine("acme", uuid); m.Status != regapi.StatusUnassigning {
 		t.Fatalf("status %s, want unassigning", m.Status)
 	}
 	if r := s.agentCall("heartbeat", uuid, first); r.status != http.StatusNoContent {
 		t.Errorf("heartbeat while the machine is drained: %d %s", r.status, r.body)
 	}
-	s.command("acme", uuid, machine.CompleteUnassign{})
+	s.command("acme", uuid, regapi.CompleteUnassign{})
 	s.revoked(uuid, first, "the machine was unassigned from its pool")
 	if d := s.revocations("unassigned") - before; d < 1 {
 		t.Errorf("revocations counted: +%v", d)
@@ -249,7 +249,7 @@ func TestCredentialsRevokedByForceUnassign(t *testing.T) {
 	first := s.bootLife("acme", uuid, mac, enroll)
 	before := s.revocations("force_unassigned")
 
-	s.command("acme", uuid, machine.ForceUnassign{})
+	s.command("acme", uuid, regapi.ForceUnassign{})
 	s.revoked(uuid, first, "the machine was force-unassigned from its pool")
 	if d := s.revocations("force_unassigned") - before; d < 1 {
 		t.Errorf("revocations counted: +%v", d)
@@ -270,8 +270,8 @@ func TestCredentialsRevokedByGracefulDelete(t *testing.T) {
 	s.assign("acme", uuid, "workers", 1)
 	first := s.bootLife("acme", uuid, mac, enroll)
 
-	s.command("acme", uuid, machine.Delete{})
-	if m, _ := s.machine("acme", uuid); m.Status != machine.StatusDeleting {
+	s.command("acme", uuid, regapi.Delete{})
+	if m, _ := s.machine("acme", uuid); m.Status != regapi.StatusDeleting {
 		t.Fatalf("status %s, want deleting", m.Status)
 	}
 	if r := s.get(first.ignitionURL); r.status != http.StatusForbidden || !strings.Contains(r.body, "it is being deleted") {
@@ -280,7 +280,7 @@ func TestCredentialsRevokedByGracefulDelete(t *testing.T) {
 	if r := s.agentCall("heartbeat", uuid, first); r.status != http.StatusNoContent {
 		t.Errorf("heartbeat while the deletion prepares: %d %s", r.status, r.body)
 	}
-	s.command("acme", uuid, machine.CompleteDeletionPreparation{}, machine.CompleteDeletion{})
+	s.command("acme", uuid, regapi.CompleteDeletionPreparation{}, regapi.CompleteDeletion{})
 	s.revoked(uuid, first, "the machine was deleted")
 	s.reregister("acme", uuid, mac, enroll)
 	s.revoked(uuid, first, "the machine registered itself again after it was deleted")
@@ -304,7 +304,7 @@ func TestIgnitionFollowsTheMachine(t *testing.T) {
 	// Targeted with revision 2 before it fetched its config (it never
 	// booted revision 1): the revision 1 token no longer fits.
 	rev := uint64(s.newRevision("acme", "workers", "4230.2.4"))
-	s.command("acme", uuid, machine.SetTargetRevision{Revision: rev})
+	s.command("acme", uuid, regapi.SetTargetRevision{Revision: rev})
 	if r := s.get(rev1); r.status != http.StatusForbidden || !strings.Contains(r.body, "was issued for revision 1 of pool workers, but the machine's target revision is 2") {
 		t.Errorf("/ignition for a revision the machine neither runs nor is to run: %d %s", r.status, r.body)
 	}
@@ -324,13 +324,13 @@ func TestIgnitionFollowsTheMachine(t *testing.T) {
 		return err == nil && m.CurrentRevision == rev, mustJSON(m) + errString(err)
 	})
 	rev3 := uint64(s.newRevision("acme", "workers", "4230.2.5"))
-	s.command("acme", uuid, machine.SetTargetRevision{Revision: rev3})
+	s.command("acme", uuid, regapi.SetTargetRevision{Revision: rev3})
 	if r := s.get(rev2); r.status != http.StatusOK {
 		t.Errorf("/ignition for the current revision: %d %s", r.status, r.body)
 	}
 	// Moved to another pool through a forced unassignment: revoked. A
 	// token for the new pool works.
-	s.command("acme", uuid, machine.ForceUnassign{})
+	s.command("acme", uuid, regapi.ForceUnassign{})
 	s.assign("acme", uuid, "gpus", 1)
 	if r := s.get(rev2); r.status != http.StatusForbidden {
 		t.Errorf("/ignition for the old pool: %d %s", r.status, r.body)

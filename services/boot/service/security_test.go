@@ -24,8 +24,6 @@ import (
 
 	"github.com/anvil-fleet/anvil/services/boot/service"
 	regapi "github.com/anvil-fleet/anvil/services/registry/api"
-	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
-	"github.com/anvil-fleet/anvil/services/registry/domain/token"
 )
 
 // metric reads one series from the process's /metrics (what the boot
@@ -62,7 +60,7 @@ func TestBadEnrollmentTokensRegisterNothing(t *testing.T) {
 	s.org("acme")
 	expiring := s.enrollToken("acme", time.Now().Add(1500*time.Millisecond))
 	revoked := s.enrollToken("acme", time.Time{})
-	tokens, err := s.reg.ListTokens(s.ctx, regapi.TokenListReq{Org: "acme", Kind: token.KindEnrollment})
+	tokens, err := s.reg.ListTokens(s.ctx, regapi.TokenListReq{Org: "acme", Kind: regapi.KindEnrollment})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +103,7 @@ func TestOrganizationsStayApart(t *testing.T) {
 	umbrella := s.org("umbrella")
 	s.pool("acme", "workers")
 	uuid, mac := uuidN(41), "52-54-00-00-00-41"
-	if _, err := s.reg.Machine(s.ctx, "acme", uuid, machine.PreRegister{UUID: uuid, Hostname: "secret-host", Pool: "workers"}, 0); err != nil {
+	if _, err := s.reg.Machine(s.ctx, "acme", uuid, regapi.PreRegister{UUID: uuid, Hostname: "secret-host", Pool: "workers"}, 0); err != nil {
 		t.Fatal(err)
 	}
 	script := s.register("umbrella", uuid, mac, umbrella)
@@ -113,8 +111,8 @@ func TestOrganizationsStayApart(t *testing.T) {
 		t.Errorf("umbrella's boot shows acme's machine:\n%s", script)
 	}
 	m, err := s.machine("acme", uuid)
-	if err != nil || m.Status != machine.StatusPreregistered || !m.LastIPXEBootAt.IsZero() {
-		t.Errorf("acme's machine was touched: %+v %v", m.State, err)
+	if err != nil || m.Status != regapi.StatusPreregistered || !m.LastIPXEBootAt.IsZero() {
+		t.Errorf("acme's machine was touched: %+v %v", m, err)
 	}
 	if got := s.machines("umbrella"); len(got) != 1 || got[0].UUID != uuid || got[0].Hostname != "" {
 		t.Errorf("umbrella's machines: %+v", got)
@@ -209,7 +207,7 @@ func TestPerBootTokens(t *testing.T) {
 	s.clock.advance(-61 * time.Minute)
 	check("valid again before expiry", u, http.StatusOK)
 	// A machine deleted since its boot gets nothing.
-	if _, err := s.reg.Machine(s.ctx, "acme", a, machine.Delete{Policy: machine.DeletionForced}, 0); err != nil {
+	if _, err := s.reg.Machine(s.ctx, "acme", a, regapi.Delete{Policy: regapi.DeletionForced}, 0); err != nil {
 		t.Fatal(err)
 	}
 	s.eventually("deleted", 10*time.Second, func() (bool, string) {

@@ -16,7 +16,7 @@ import (
 	"github.com/anvil-fleet/anvil/libs/events"
 	"github.com/anvil-fleet/anvil/libs/events/eventstest"
 	"github.com/anvil-fleet/anvil/services/boot/api"
-	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
+	regapi "github.com/anvil-fleet/anvil/services/registry/api"
 )
 
 // runningAgent is the real agent code running against the boot service, as
@@ -90,7 +90,7 @@ func (s *stack) register(org, uuid, mac, enroll string) string {
 	script := s.ipxeGet(s.url+"/ipxe?uuid="+uuid+"&mac="+mac+"&token="+enroll, uuid, mac)
 	s.eventually("machine registered", 10*time.Second, func() (bool, string) {
 		m, err := s.machine(org, uuid)
-		return err == nil && m.Status != machine.StatusPreregistered, mustJSON(m) + errString(err)
+		return err == nil && m.Status != regapi.StatusPreregistered, mustJSON(m) + errString(err)
 	})
 	return script
 }
@@ -139,7 +139,7 @@ func TestBootSequenceOverHTTP(t *testing.T) {
 	}
 	s.eventually("machine registered", 10*time.Second, func() (bool, string) {
 		m, err := s.machine("acme", uuid)
-		return err == nil && m.Status == machine.StatusReadyUnassigned && m.MAC == "52:54:00:12:34:56" && !m.LastIPXEBootAt.IsZero(),
+		return err == nil && m.Status == regapi.StatusReadyUnassigned && m.MAC == "52:54:00:12:34:56" && !m.LastIPXEBootAt.IsZero(),
 			mustJSON(m) + errString(err)
 	})
 	// It asks again with a growing delay, carried in the URL.
@@ -230,7 +230,7 @@ func TestPreRegisteredMachineBootsWithItsSettings(t *testing.T) {
 	enroll := s.org("acme")
 	s.pool("acme", "workers")
 	uuid, mac := uuidN(7), "52-54-00-00-00-07"
-	if _, err := s.reg.Machine(s.ctx, "acme", uuid, machine.PreRegister{UUID: uuid, Hostname: "worker-07", Pool: "workers",
+	if _, err := s.reg.Machine(s.ctx, "acme", uuid, regapi.PreRegister{UUID: uuid, Hostname: "worker-07", Pool: "workers",
 		Labels: map[string]string{"rack": "r1"}}, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -239,7 +239,7 @@ func TestPreRegisteredMachineBootsWithItsSettings(t *testing.T) {
 	if !strings.Contains(wait, "assigned to pool workers; it provisions itself with the") {
 		t.Fatalf("wait script:\n%s", wait)
 	}
-	r, err := s.reg.Machine(s.ctx, "acme", uuid, machine.SetTargetRevision{Revision: 1}, 0)
+	r, err := s.reg.Machine(s.ctx, "acme", uuid, regapi.SetTargetRevision{Revision: 1}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,7 +284,7 @@ func TestInstructionDelivery(t *testing.T) {
 
 	// A rollout moves the machine to revision 2 and asks for the reboot.
 	rev2 := s.newRevision("acme", "workers", "4230.2.4")
-	r, err := s.reg.Machine(s.ctx, "acme", uuid, machine.SetTargetRevision{Revision: uint64(rev2)}, 0)
+	r, err := s.reg.Machine(s.ctx, "acme", uuid, regapi.SetTargetRevision{Revision: uint64(rev2)}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -410,7 +410,7 @@ func TestIgnitionIsRenderedAheadOfTheBoot(t *testing.T) {
 	s.pool("acme", "workers")
 	uuid, mac := uuidN(4), "52-54-00-00-00-04"
 	s.register("acme", uuid, mac, enroll)
-	if _, err := s.reg.Machine(s.ctx, "acme", uuid, machine.SetHostname{Hostname: "worker-04"}, 0); err != nil {
+	if _, err := s.reg.Machine(s.ctx, "acme", uuid, regapi.SetHostname{Hostname: "worker-04"}, 0); err != nil {
 		t.Fatal(err)
 	}
 	s.assign("acme", uuid, "workers", 1)

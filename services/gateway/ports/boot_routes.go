@@ -78,7 +78,7 @@ func (h *handler) machineRevisions(ctx context.Context, ref bootapi.MachineRef) 
 	if err != nil {
 		return MachineRevisions{}, err
 	}
-	st := m.Machine.State
+	st := m.Machine
 	out := MachineRevisions{UUID: st.UUID, Pool: st.Pool, CurrentRevision: st.CurrentRevision, CurrentRevisionAt: st.CurrentRevisionAt,
 		TargetRevision: st.TargetRevision, Revisions: []MachineRevision{}, Instructions: []bootapi.Instruction{}, Version: m.Version}
 	ref.UUID = st.UUID // canonical

@@ -28,7 +28,6 @@ import (
 	"github.com/anvil-fleet/anvil/services/gateway/adapters"
 	"github.com/anvil-fleet/anvil/services/gateway/domain"
 	regapi "github.com/anvil-fleet/anvil/services/registry/api"
-	"github.com/anvil-fleet/anvil/services/registry/domain/token"
 	rev "github.com/anvil-fleet/anvil/services/revisions/api"
 	rolloutapi "github.com/anvil-fleet/anvil/services/rollout/api"
 )
@@ -242,7 +241,7 @@ func (h *handler) principal(r *http.Request) (domain.Principal, error) {
 	if p, ok := h.tokens.get(presented); ok {
 		return p, nil
 	}
-	p, err := h.Registry.VerifyToken(r.Context(), regapi.TokenVerify{Token: presented, Kind: token.KindAPI})
+	p, err := h.Registry.VerifyToken(r.Context(), regapi.TokenVerify{Token: presented, Kind: regapi.KindAPI})
 	if err != nil {
 		if errs.Is(err, errs.KindUnavailable) {
 			return domain.Principal{}, err

@@ -14,7 +14,6 @@ import (
 	"github.com/anvil-fleet/anvil/libs/events/errs"
 	"github.com/anvil-fleet/anvil/services/gateway/domain"
 	rolloutapi "github.com/anvil-fleet/anvil/services/rollout/api"
-	"github.com/anvil-fleet/anvil/services/rollout/domain/operation"
 )
 
 // logQuery is a read of an operation's log: one page, or (stream) a live
@@ -79,7 +78,7 @@ func (h *handler) logRoute(ro rolloutapi.Client, path string) route {
 				return nil, err
 			}
 			if page.Entries == nil {
-				page.Entries = []operation.Entry{}
+				page.Entries = []rolloutapi.Entry{}
 			}
 			if q.stream {
 				return logStream{req: q.req, first: page}, nil

@@ -11,13 +11,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/anvil-fleet/anvil/libs/fields/values"
 	bootapi "github.com/anvil-fleet/anvil/services/boot/api"
 	"github.com/anvil-fleet/anvil/services/gateway/domain"
-	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
-	"github.com/anvil-fleet/anvil/services/registry/domain/org"
-	"github.com/anvil-fleet/anvil/services/registry/domain/token"
+	regapi "github.com/anvil-fleet/anvil/services/registry/api"
 	rolloutapi "github.com/anvil-fleet/anvil/services/rollout/api"
-	"github.com/anvil-fleet/anvil/services/rollout/domain/rollout"
 )
 
 // openAPIVersion is the document's OpenAPI version. 3.0.3, not 3.1: the
@@ -279,7 +277,7 @@ func (g *schemas) queryParameter(rt route, name string) map[string]any {
 	case "status":
 		switch tagOf(rt.Path) {
 		case "machines":
-			p["schema"] = g.of(reflect.TypeFor[machine.Status]())
+			p["schema"] = g.of(reflect.TypeFor[regapi.Status]())
 		case "rollouts":
 			p["schema"] = map[string]any{"type": "string", "enum": stringsOf(rolloutStatuses...)}
 			p["description"] = `A rollout status, or "active" (not over).`
@@ -290,7 +288,7 @@ func (g *schemas) queryParameter(rt route, name string) map[string]any {
 	case "kind":
 		p["schema"] = map[string]any{"type": "string", "enum": stringsOf(operationKinds...)}
 	case "policy":
-		p["schema"] = g.of(reflect.TypeFor[machine.DeletionPolicy]())
+		p["schema"] = g.of(reflect.TypeFor[regapi.DeletionPolicy]())
 		p["description"] = "graceful (default): drain, then remove the node; unsafe: remove the node without draining; forced: remove the machine at once."
 	case "against":
 		p["schema"] = map[string]any{"type": "integer", "minimum": 1}
@@ -332,13 +330,13 @@ func enumOf[T ~string](vs ...T) []any {
 // enumTypes are the string types with a fixed set of values: each is a
 // schema of its own, which the fields of that type refer to.
 var enumTypes = map[reflect.Type][]any{
-	reflect.TypeFor[machine.Status]():            enumOf(machine.Statuses()...),
-	reflect.TypeFor[machine.DeletionPolicy]():    enumOf(machine.DeletionGraceful, machine.DeletionUnsafe, machine.DeletionForced),
-	reflect.TypeFor[machine.DeletionPhase]():     enumOf(machine.PhaseStarted, machine.PhaseCompleted, machine.PhaseAborting, machine.PhaseFailed),
-	reflect.TypeFor[org.Role]():                  enumOf(org.RoleViewer, org.RoleOperator, org.RoleAdmin),
-	reflect.TypeFor[org.TokenStatus]():           enumOf(org.TokenActive, org.TokenExpired, org.TokenRevoked),
-	reflect.TypeFor[token.Kind]():                enumOf(token.KindAPI, token.KindEnrollment),
-	reflect.TypeFor[rollout.Status]():            enumOf(rollout.StatusPending, rollout.StatusRunning, rollout.StatusPaused, rollout.StatusSucceeded, rollout.StatusFailed, rollout.StatusAborted),
+	reflect.TypeFor[regapi.Status]():             enumOf(regapi.Statuses()...),
+	reflect.TypeFor[regapi.DeletionPolicy]():     enumOf(regapi.DeletionGraceful, regapi.DeletionUnsafe, regapi.DeletionForced),
+	reflect.TypeFor[regapi.DeletionPhase]():      enumOf(regapi.PhaseStarted, regapi.PhaseCompleted, regapi.PhaseAborting, regapi.PhaseFailed),
+	reflect.TypeFor[regapi.Role]():               enumOf(regapi.RoleViewer, regapi.RoleOperator, regapi.RoleAdmin),
+	reflect.TypeFor[regapi.TokenStatus]():        enumOf(regapi.TokenActive, regapi.TokenExpired, regapi.TokenRevoked),
+	reflect.TypeFor[regapi.TokenKind]():          enumOf(regapi.KindAPI, regapi.KindEnrollment),
+	reflect.TypeFor[rolloutapi.Status]():         enumOf(rolloutapi.Statuses...),
 	reflect.TypeFor[bootapi.InstructionStatus](): enumOf(bootapi.StatusPending, bootapi.StatusAccepted, bootapi.StatusDone, bootapi.StatusSkipped, bootapi.StatusFailed, bootapi.StatusSuperseded, bootapi.StatusWithdrawn, bootapi.StatusExpired),
 }
 
@@ -408,8 +406,8 @@ type schemas struct {
 	types map[string]reflect.Type // which type each component is, against two types of one name
 }
 
-// intOrPercent is the one schema of the types of that name (the API's and
-// the pool domain's), which encode alike.
+// intOrPercent is the one schema of the types of that name (the revisions
+// API's and libs/fields/values'), which encode alike.
 const intOrPercent = "IntOrPercent"
 
 // component returns a reference to the component for t, building it
@@ -494,9 +492,43 @@ func (g *schemas) of(t reflect.Type) map[string]any {
 	return map[string]any{}
 }
 
+// schemaNames keep the component names of types that moved from a
+// service's domain into its api package: generated clients name their
+// types after the components (anvilapi.MachineStatus), so a move must not
+// rename them.
+var schemaNames = map[reflect.Type]string{
+	reflect.TypeFor[regapi.Status]():          "MachineStatus",
+	reflect.TypeFor[regapi.DeletionPolicy]():  "MachineDeletionPolicy",
+	reflect.TypeFor[regapi.DeletionPhase]():   "MachineDeletionPhase",
+	reflect.TypeFor[regapi.Deletion]():        "MachineDeletion",
+	reflect.TypeFor[regapi.Failure]():         "MachineFailure",
+	reflect.TypeFor[regapi.Hardware]():        "MachineHardware",
+	reflect.TypeFor[regapi.Disk]():            "MachineDisk",
+	reflect.TypeFor[regapi.NIC]():             "MachineNIC",
+	reflect.TypeFor[regapi.Reboot]():          "MachineReboot",
+	reflect.TypeFor[regapi.Role]():            "OrgRole",
+	reflect.TypeFor[regapi.TokenStatus]():     "OrgTokenStatus",
+	reflect.TypeFor[regapi.TokenInfo]():       "OrgTokenInfo",
+	reflect.TypeFor[regapi.TokenKind]():       "TokenKind",
+	reflect.TypeFor[rolloutapi.Status]():      "RolloutStatus",
+	reflect.TypeFor[rolloutapi.Strategy]():    "RolloutStrategy",
+	reflect.TypeFor[rolloutapi.Exclusion]():   "RolloutExclusion",
+	reflect.TypeFor[rolloutapi.CheckResult](): "RolloutCheckResult",
+	reflect.TypeFor[rolloutapi.DrainBlock]():  "RolloutDrainBlock",
+	reflect.TypeFor[rolloutapi.Machine]():     "OperationMachine",
+	reflect.TypeFor[rolloutapi.Progress]():    "OperationProgress",
+	reflect.TypeFor[rolloutapi.Condition]():   "OperationCondition",
+	reflect.TypeFor[rolloutapi.Entry]():       "OperationEntry",
+	reflect.TypeFor[values.Window]():          "PoolWindow",
+	reflect.TypeFor[values.Remediation]():     "PoolRemediation",
+}
+
 func defName(t reflect.Type) string {
 	if t.Name() == "" {
 		return ""
+	}
+	if name, ok := schemaNames[t]; ok {
+		return name
 	}
 	pkg := t.PkgPath()
 	if i := strings.LastIndex(pkg, "/"); i >= 0 {

@@ -8,9 +8,6 @@ import (
 	"github.com/anvil-fleet/anvil/libs/events/errs"
 	"github.com/anvil-fleet/anvil/services/gateway/domain"
 	regapi "github.com/anvil-fleet/anvil/services/registry/api"
-	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
-	"github.com/anvil-fleet/anvil/services/registry/domain/org"
-	"github.com/anvil-fleet/anvil/services/registry/domain/token"
 	rev "github.com/anvil-fleet/anvil/services/revisions/api"
 )
 
@@ -42,9 +39,9 @@ type OrgPatch struct {
 
 // TokenCreate is the body of POST …/tokens and …/enrollment-tokens.
 type TokenCreate struct {
-	Name      string    `json:"name,omitempty"`
-	Role      org.Role  `json:"role,omitempty"` // API tokens only
-	ExpiresAt time.Time `json:"expires_at,omitzero"`
+	Name      string      `json:"name,omitempty"`
+	Role      regapi.Role `json:"role,omitempty"` // API tokens only
+	ExpiresAt time.Time   `json:"expires_at,omitzero"`
 	// MaxMachines (enrollment tokens only) caps how many machines the
 	// token may register; absent or 0: no cap.
 	MaxMachines int `json:"max_machines,omitempty"`
@@ -52,8 +49,8 @@ type TokenCreate struct {
 
 // TokenList is a page of tokens, oldest first, without secrets or hashes.
 type TokenList struct {
-	Items []org.TokenInfo `json:"items"`
-	Next  string          `json:"next,omitempty"`
+	Items []regapi.TokenInfo `json:"items"`
+	Next  string             `json:"next,omitempty"`
 }
 
 // Machine is a machine with its ETag version.
@@ -95,12 +92,12 @@ type tokenListReq struct {
 type machineReq struct {
 	org, uuid string
 	expected  uint64
-	cmds      []machine.Command
+	cmds      []regapi.MachineCommand
 }
 
 func (h *handler) registryRoutes() []route {
 	reg := h.Registry
-	machineRoute := func(method, path, summary string, min domain.Role, status int, body any, build func(r *http.Request) ([]machine.Command, error)) route {
+	machineRoute := func(method, path, summary string, min domain.Role, status int, body any, build func(r *http.Request) ([]regapi.MachineCommand, error)) route {
 		return route{Method: method, Path: path, Min: min, Summary: summary, Request: body, Response: Machine{}, Status: status,
 			Decode: func(_ context.Context, r *http.Request) (any, error) {
 				expected, err := ifMatch(r)
@@ -139,8 +136,8 @@ func (h *handler) registryRoutes() []route {
 			},
 		}
 	}
-	noBody := func(c machine.Command) func(*http.Request) ([]machine.Command, error) {
-		return func(*http.Request) ([]machine.Command, error) { return []machine.Command{c}, nil }
+	noBody := func(c regapi.MachineCommand) func(*http.Request) ([]regapi.MachineCommand, error) {
+		return func(*http.Request) ([]regapi.MachineCommand, error) { return []regapi.MachineCommand{c}, nil }
 	}
 	const (
 		orgs     = "/api/v1/orgs"
@@ -148,10 +145,10 @@ func (h *handler) registryRoutes() []route {
 		machines = "/api/v1/orgs/{org}/machines"
 		one      = "/api/v1/orgs/{org}/machines/{uuid}"
 	)
-	tokenRoutes := func(path string, kind token.Kind, what string) []route {
+	tokenRoutes := func(path string, kind regapi.TokenKind, what string) []route {
 		// The document shows each kind's body without the other's field.
 		notInBody := []string{"max_machines"}
-		if kind == token.KindEnrollment {
+		if kind == regapi.KindEnrollment {
 			notInBody = []string{"role"}
 		}
 		return []route{
@@ -167,7 +164,7 @@ func (h *handler) registryRoutes() []route {
 					if err != nil {
 						return nil, err
 					}
-					items, next, err := pageAfterItem(l.Items, q.page, func(t org.TokenInfo) string { return t.ID })
+					items, next, err := pageAfterItem(l.Items, q.page, func(t regapi.TokenInfo) string { return t.ID })
 					return TokenList{Items: items, Next: next}, err
 				}},
 			{Method: "POST", Path: path, Min: domain.RoleAdmin, Summary: "Create one of the " + what + " (the token is shown once)",
@@ -177,17 +174,17 @@ func (h *handler) registryRoutes() []route {
 					if err := readJSON(r, h.BodyLimit, &b); err != nil {
 						return nil, err
 					}
-					if kind == token.KindEnrollment && b.Role != "" {
+					if kind == regapi.KindEnrollment && b.Role != "" {
 						return nil, errs.Invalid("role", "enrollment tokens have no role")
 					}
-					if kind == token.KindAPI && b.MaxMachines != 0 {
+					if kind == regapi.KindAPI && b.MaxMachines != 0 {
 						return nil, errs.Invalid("max_machines", "only enrollment tokens register machines")
 					}
 					return regapi.TokenIssue{Org: r.PathValue("org"), Kind: kind, Name: b.Name, Role: b.Role, ExpiresAt: b.ExpiresAt, MaxMachines: b.MaxMachines}, nil
 				},
 				Endpoint: func(ctx context.Context, req any) (any, error) { return reg.IssueToken(ctx, req.(regapi.TokenIssue)) }},
 			{Method: "DELETE", Path: path + "/{id}", Min: domain.RoleAdmin, Summary: "Revoke one of the " + what + "; answers it as it is now, status revoked",
-				Response: org.TokenInfo{}, Status: 200,
+				Response: regapi.TokenInfo{}, Status: 200,
 				Decode: func(_ context.Context, r *http.Request) (any, error) {
 					return regapi.TokenRevoke{Org: r.PathValue("org"), TokenID: r.PathValue("id")}, nil
 				},
@@ -259,14 +256,14 @@ func (h *handler) registryRoutes() []route {
 				r.MinVersion = h.writes.last(ctx)
 				return h.listMachinesRaw(ctx, r)
 			}},
-		machineRoute("POST", machines, "Pre-register a machine before its first boot", domain.RoleOperator, 201, machine.PreRegister{},
-			func(r *http.Request) ([]machine.Command, error) {
-				var b machine.PreRegister
+		machineRoute("POST", machines, "Pre-register a machine before its first boot", domain.RoleOperator, 201, regapi.PreRegister{},
+			func(r *http.Request) ([]regapi.MachineCommand, error) {
+				var b regapi.PreRegister
 				if err := readJSON(r, h.BodyLimit, &b); err != nil {
 					return nil, err
 				}
 				r.SetPathValue("uuid", b.UUID)
-				return []machine.Command{b}, nil
+				return []regapi.MachineCommand{b}, nil
 			}),
 		{Method: "GET", Path: one, Min: domain.RoleViewer, Summary: "Get a machine, now or ?at= a past time or sequence", Response: Machine{}, Status: 200, Query: []string{"at"},
 			Decode: func(_ context.Context, r *http.Request) (any, error) {
@@ -278,23 +275,23 @@ func (h *handler) registryRoutes() []route {
 				return h.getMachineRaw(ctx, r)
 			}},
 		machineRoute("PATCH", one, "Change a machine's hostname, labels, upgrade index or control-plane flag", domain.RoleOperator, 200, MachinePatch{},
-			func(r *http.Request) ([]machine.Command, error) {
+			func(r *http.Request) ([]regapi.MachineCommand, error) {
 				var b MachinePatch
 				if err := readJSON(r, h.BodyLimit, &b); err != nil {
 					return nil, err
 				}
-				var cmds []machine.Command
+				var cmds []regapi.MachineCommand
 				if b.Hostname != nil {
-					cmds = append(cmds, machine.SetHostname{Hostname: *b.Hostname})
+					cmds = append(cmds, regapi.SetHostname{Hostname: *b.Hostname})
 				}
 				if b.Labels != nil {
-					cmds = append(cmds, machine.SetLabels{Labels: *b.Labels})
+					cmds = append(cmds, regapi.SetLabels{Labels: *b.Labels})
 				}
 				if b.UpgradeIndex != nil {
-					cmds = append(cmds, machine.SetUpgradeIndex{UpgradeIndex: *b.UpgradeIndex})
+					cmds = append(cmds, regapi.SetUpgradeIndex{UpgradeIndex: *b.UpgradeIndex})
 				}
 				if b.ControlPlane != nil {
-					cmds = append(cmds, machine.SetControlPlane{ControlPlane: *b.ControlPlane})
+					cmds = append(cmds, regapi.SetControlPlane{ControlPlane: *b.ControlPlane})
 				}
 				if len(cmds) == 0 {
 					return nil, errs.Invalid("body", "names no field to change (hostname, labels, upgrade_index, control_plane)")
@@ -303,11 +300,11 @@ func (h *handler) registryRoutes() []route {
 			}),
 		machineRoute("DELETE", one, "Delete a machine (?policy=graceful|unsafe|forced); answers the machine in status deleting while its node is drained "+
 			"and removed, or, when it is removed at once, as it last was with deleted: true", domain.RoleOperator, 200, nil,
-			func(r *http.Request) ([]machine.Command, error) {
-				return []machine.Command{machine.Delete{Policy: machine.DeletionPolicy(r.URL.Query().Get("policy"))}}, nil
+			func(r *http.Request) ([]regapi.MachineCommand, error) {
+				return []regapi.MachineCommand{regapi.Delete{Policy: regapi.DeletionPolicy(r.URL.Query().Get("policy"))}}, nil
 			}),
 		machineRoute("POST", one+"/assign", "Assign a machine to a pool", domain.RoleOperator, 200, AssignBody{},
-			func(r *http.Request) ([]machine.Command, error) {
+			func(r *http.Request) ([]regapi.MachineCommand, error) {
 				var b AssignBody
 				if err := readJSON(r, h.BodyLimit, &b); err != nil {
 					return nil, err
@@ -315,7 +312,7 @@ func (h *handler) registryRoutes() []route {
 				// A machine assigned to a pool that does not exist would wait
 				// for it forever; pre-registration may name a pool created
 				// later, an assignment may not.
-				if machine.ValidatePool(b.Pool) == nil {
+				if regapi.ValidPoolName(b.Pool) == nil {
 					_, err := rev.GetPool(r.Context(), h.NC, rev.GetPoolRequest{Org: r.PathValue("org"), Name: b.Pool})
 					if errs.Is(err, errs.KindNotFound) {
 						return nil, errs.NotFound("pool %s does not exist in organization %s; create it first", b.Pool, r.PathValue("org"))
@@ -324,13 +321,13 @@ func (h *handler) registryRoutes() []route {
 						return nil, err
 					}
 				}
-				return []machine.Command{machine.AssignToPool{Pool: b.Pool}}, nil
+				return []regapi.MachineCommand{regapi.AssignToPool{Pool: b.Pool}}, nil
 			}),
-		machineRoute("POST", one+"/unassign", "Unassign a machine (drains it first)", domain.RoleOperator, 200, nil, noBody(machine.Unassign{})),
-		machineRoute("POST", one+"/force-unassign", "Unassign a machine without waiting for a drain", domain.RoleOperator, 200, nil, noBody(machine.ForceUnassign{})),
-		machineRoute("POST", one+"/maintenance/on", "Put a machine into maintenance (cordon and drain)", domain.RoleOperator, 200, nil, noBody(machine.SetMaintenance{Enabled: true})),
-		machineRoute("POST", one+"/maintenance/off", "Take a machine out of maintenance", domain.RoleOperator, 200, nil, noBody(machine.SetMaintenance{Enabled: false})),
-		machineRoute("POST", one+"/abort-deletion", "Abort a graceful deletion while it is still preparing", domain.RoleOperator, 200, nil, noBody(machine.AbortDeletion{})),
+		machineRoute("POST", one+"/unassign", "Unassign a machine (drains it first)", domain.RoleOperator, 200, nil, noBody(regapi.Unassign{})),
+		machineRoute("POST", one+"/force-unassign", "Unassign a machine without waiting for a drain", domain.RoleOperator, 200, nil, noBody(regapi.ForceUnassign{})),
+		machineRoute("POST", one+"/maintenance/on", "Put a machine into maintenance (cordon and drain)", domain.RoleOperator, 200, nil, noBody(regapi.SetMaintenance{Enabled: true})),
+		machineRoute("POST", one+"/maintenance/off", "Take a machine out of maintenance", domain.RoleOperator, 200, nil, noBody(regapi.SetMaintenance{Enabled: false})),
+		machineRoute("POST", one+"/abort-deletion", "Abort a graceful deletion while it is still preparing", domain.RoleOperator, 200, nil, noBody(regapi.AbortDeletion{})),
 	}
 	// The delete route documents its query parameter.
 	for i := range routes {
@@ -338,7 +335,7 @@ func (h *handler) registryRoutes() []route {
 			routes[i].Query = []string{"policy"}
 		}
 	}
-	routes = append(routes, tokenRoutes("/api/v1/orgs/{org}/tokens", token.KindAPI, "API tokens")...)
-	routes = append(routes, tokenRoutes("/api/v1/orgs/{org}/enrollment-tokens", token.KindEnrollment, "enrollment tokens")...)
+	routes = append(routes, tokenRoutes("/api/v1/orgs/{org}/tokens", regapi.KindAPI, "API tokens")...)
+	routes = append(routes, tokenRoutes("/api/v1/orgs/{org}/enrollment-tokens", regapi.KindEnrollment, "enrollment tokens")...)
 	return routes
 }

@@ -13,7 +13,6 @@ import (
 	"github.com/anvil-fleet/anvil/services/gateway/domain"
 	rev "github.com/anvil-fleet/anvil/services/revisions/api"
 	rolloutapi "github.com/anvil-fleet/anvil/services/rollout/api"
-	"github.com/anvil-fleet/anvil/services/rollout/domain/rollout"
 )
 
 // RolloutStart is the body of POST /api/v1/orgs/{org}/rollouts: roll a
@@ -44,7 +43,7 @@ var (
 	// statusPattern: operations of other kinds than rollouts have statuses
 	// of their own, which the rollout service checks.
 	statusPattern   = regexp.MustCompile(`^[a-z_]{1,32}$`)
-	rolloutStatuses = []string{"active", string(rollout.StatusPending), string(rollout.StatusRunning), string(rollout.StatusPaused), string(rollout.StatusSucceeded), string(rollout.StatusFailed), string(rollout.StatusAborted)}
+	rolloutStatuses = []string{"active", string(rolloutapi.StatusPending), string(rolloutapi.StatusRunning), string(rolloutapi.StatusPaused), string(rolloutapi.StatusSucceeded), string(rolloutapi.StatusFailed), string(rolloutapi.StatusAborted)}
 	operationKinds  = []string{rolloutapi.KindRollout, rolloutapi.KindMaintenanceEnter, rolloutapi.KindMaintenanceExit, rolloutapi.KindDeletion, rolloutapi.KindDeletionAbort, rolloutapi.KindDeletionFinish, rolloutapi.KindUnassign, rolloutapi.KindForceUnassignCleanup, rolloutapi.KindForcedDeletionCleanup, rolloutapi.KindMachine}
 )
 

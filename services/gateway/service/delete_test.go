@@ -10,8 +10,6 @@ import (
 	"testing"
 
 	regapi "github.com/anvil-fleet/anvil/services/registry/api"
-	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
-	"github.com/anvil-fleet/anvil/services/registry/domain/org"
 )
 
 type deletedMachine struct {
@@ -37,7 +35,7 @@ func TestDeleteAnswersWhatWasDeleted(t *testing.T) {
 		var m deletedMachine
 		r := s.do("DELETE", base+"/machines/"+uuid+policy, tn.operator, nil, nil, &m)
 		if r.status != 200 || !m.Deleted || m.UUID != uuid || m.Org != "acme" || m.Hostname != "spare" || m.Labels["rack"] != "r4" ||
-			m.Status != machine.StatusPreregistered || m.Version == 0 || r.header.Get("ETag") != etagOf(m.Version) {
+			m.Status != regapi.StatusPreregistered || m.Version == 0 || r.header.Get("ETag") != etagOf(m.Version) {
 			t.Fatalf("DELETE%s: %d %s (ETag %s)", policy, r.status, r.body, r.header.Get("ETag"))
 		}
 		if r := s.do("DELETE", base+"/machines/"+uuid+policy, tn.operator, nil, nil, nil); r.status != 404 {
@@ -52,14 +50,14 @@ func TestDeleteAnswersWhatWasDeleted(t *testing.T) {
 	if _, err := reg.SelfRegister(ctx, regapi.SelfRegister{EnrollmentToken: tn.enroll, UUID: uuid, MAC: "aa:bb:cc:dd:ee:50"}); err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range []machine.Command{machine.AssignToPool{Pool: "workers"}, machine.SetTargetRevision{Revision: 1}} {
+	for _, c := range []regapi.MachineCommand{regapi.AssignToPool{Pool: "workers"}, regapi.SetTargetRevision{Revision: 1}} {
 		if _, err := reg.Machine(ctx, "acme", uuid, c, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
 	var m deletedMachine
 	r := s.do("DELETE", base+"/machines/"+uuid, tn.operator, nil, nil, &m)
-	if r.status != 200 || m.Deleted || m.UUID != uuid || m.Status != machine.StatusDeleting || m.Deletion == nil || m.Deletion.Policy != machine.DeletionGraceful {
+	if r.status != 200 || m.Deleted || m.UUID != uuid || m.Status != regapi.StatusDeleting || m.Deletion == nil || m.Deletion.Policy != regapi.DeletionGraceful {
 		t.Fatalf("graceful DELETE of a machine with a node: %d %s", r.status, r.body)
 	}
 	if !strings.Contains(string(r.body), `"uuid":"`+uuid+`"`) || strings.Contains(string(r.body), `"deleted"`) {
@@ -67,7 +65,7 @@ func TestDeleteAnswersWhatWasDeleted(t *testing.T) {
 	}
 	m = deletedMachine{}
 	r = s.do("DELETE", base+"/machines/"+uuid+"?policy=forced", tn.operator, nil, nil, &m)
-	if r.status != 200 || !m.Deleted || m.UUID != uuid || m.Pool != "workers" || m.Status != machine.StatusDeleting || m.MAC != "aa:bb:cc:dd:ee:50" {
+	if r.status != 200 || !m.Deleted || m.UUID != uuid || m.Pool != "workers" || m.Status != regapi.StatusDeleting || m.MAC != "aa:bb:cc:dd:ee:50" {
 		t.Fatalf("forced DELETE: %d %s", r.status, r.body)
 	}
 
@@ -134,9 +132,9 @@ func TestDeleteAnswersWhatWasDeleted(t *testing.T) {
 	// a token, revoked
 	var issued regapi.TokenIssued
 	s.do("POST", base+"/enrollment-tokens", tn.admin, map[string]any{"name": "old-rack"}, nil, &issued)
-	var revoked org.TokenInfo
+	var revoked regapi.TokenInfo
 	r = s.do("DELETE", base+"/enrollment-tokens/"+issued.Info.ID, tn.admin, nil, nil, &revoked)
-	if r.status != 200 || revoked.ID != issued.Info.ID || revoked.Name != "old-rack" || revoked.Status != org.TokenRevoked {
+	if r.status != 200 || revoked.ID != issued.Info.ID || revoked.Name != "old-rack" || revoked.Status != regapi.TokenRevoked {
 		t.Fatalf("DELETE enrollment token: %d %s", r.status, r.body)
 	}
 }
@@ -204,7 +202,7 @@ func TestEnrollmentTokenCap(t *testing.T) {
 		t.Fatalf("a registered machine boots again:\n%s", script)
 	}
 
-	var list struct{ Items []org.TokenInfo }
+	var list struct{ Items []regapi.TokenInfo }
 	s.do("GET", base+"/enrollment-tokens", tn.admin, nil, nil, &list)
 	found := false
 	for _, it := range list.Items {

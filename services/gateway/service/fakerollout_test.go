@@ -12,7 +12,6 @@ import (
 	"github.com/anvil-fleet/anvil/libs/events/errs"
 	rolloutapi "github.com/anvil-fleet/anvil/services/rollout/api"
 	"github.com/anvil-fleet/anvil/services/rollout/domain/operation"
-	"github.com/anvil-fleet/anvil/services/rollout/domain/rollout"
 )
 
 // fakeRollout answers the rollout service's NATS subjects
@@ -23,7 +22,7 @@ import (
 type fakeRollout struct {
 	mu       sync.Mutex
 	rollouts map[string]*rolloutapi.Rollout
-	logs     map[string][]operation.Entry
+	logs     map[string][]rolloutapi.Entry
 	final    map[string]bool
 	changed  chan struct{} // closed and replaced whenever a log grows
 	seen     map[string][]any
@@ -33,15 +32,15 @@ type fakeRollout struct {
 
 func newFakeRollout(t testing.TB, nc *nats.Conn) *fakeRollout {
 	t.Helper()
-	f := &fakeRollout{rollouts: map[string]*rolloutapi.Rollout{}, logs: map[string][]operation.Entry{}, final: map[string]bool{},
+	f := &fakeRollout{rollouts: map[string]*rolloutapi.Rollout{}, logs: map[string][]rolloutapi.Entry{}, final: map[string]bool{},
 		changed: make(chan struct{}), seen: map[string][]any{}, maxWait: 300 * time.Millisecond}
 	start := time.Date(2026, 11, 2, 9, 0, 0, 0, time.UTC)
-	f.rollouts["ro-1"] = &rolloutapi.Rollout{Org: "acme", View: operation.View{ID: "ro-1", Kind: operation.Kind, Pool: "workers", Revision: 2,
-		Status: rollout.StatusRunning, Progress: operation.Progress{Done: 1, Total: 3, InProgress: 1, NotStarted: 1},
-		Machines: []operation.Machine{}, StartedAt: start, Log: []operation.Entry{}}, Cluster: "prod", UpdatedAt: start, Version: 40}
-	f.logs["ro-1"] = []operation.Entry{
+	f.rollouts["ro-1"] = &rolloutapi.Rollout{Org: "acme", View: rolloutapi.View{ID: "ro-1", Kind: rolloutapi.KindRollout, Pool: "workers", Revision: 2,
+		Status: rolloutapi.StatusRunning, Progress: rolloutapi.Progress{Done: 1, Total: 3, InProgress: 1, NotStarted: 1},
+		Machines: []rolloutapi.Machine{}, StartedAt: start, Log: []rolloutapi.Entry{}}, Cluster: "prod", UpdatedAt: start, Version: 40}
+	f.logs["ro-1"] = []rolloutapi.Entry{
 		{At: start, Outcome: operation.LogStarted, Message: "3 machines"},
-		{At: start.Add(time.Second), Machine: uuidN(1), Node: "w1", Step: rollout.StepCordon, Outcome: operation.LogBegun},
+		{At: start.Add(time.Second), Machine: uuidN(1), Node: "w1", Step: "cordon", Outcome: operation.LogBegun},
 	}
 	srv := command.NewServer(nc, "fake-rollout", 64, nil)
 	t.Cleanup(srv.Close)
@@ -62,8 +61,8 @@ func newFakeRollout(t testing.TB, nc *nats.Conn) *fakeRollout {
 		}
 		f.mu.Lock()
 		defer f.mu.Unlock()
-		ro := &rolloutapi.Rollout{Org: r.Org, View: operation.View{ID: "ro-2", Kind: operation.Kind, Pool: r.Pool, Revision: uint64(r.Revision),
-			After: r.After, Status: rollout.StatusPending, Machines: []operation.Machine{}, Log: []operation.Entry{}, StartedAt: start},
+		ro := &rolloutapi.Rollout{Org: r.Org, View: rolloutapi.View{ID: "ro-2", Kind: rolloutapi.KindRollout, Pool: r.Pool, Revision: uint64(r.Revision),
+			After: r.After, Status: rolloutapi.StatusPending, Machines: []rolloutapi.Machine{}, Log: []rolloutapi.Entry{}, StartedAt: start},
 			RequestedBy: r.RequestedBy, UpdatedAt: start, Version: 41}
 		f.rollouts[ro.ID] = ro
 		return *ro, nil
@@ -78,7 +77,7 @@ func newFakeRollout(t testing.TB, nc *nats.Conn) *fakeRollout {
 		}
 		out := *ro
 		if r.At != "" { // as it was: still pending
-			out.Status, out.Version = rollout.StatusPending, 1
+			out.Status, out.Version = rolloutapi.StatusPending, 1
 		}
 		return out, nil
 	}))
@@ -94,7 +93,7 @@ func newFakeRollout(t testing.TB, nc *nats.Conn) *fakeRollout {
 		}
 		return out, nil
 	}))
-	control := func(subject string, from, to rollout.Status) {
+	control := func(subject string, from, to rolloutapi.Status) {
 		must(command.Handle(srv, subject, func(_ context.Context, r rolloutapi.ControlRequest) (rolloutapi.Rollout, error) {
 			record(subject, r)
 			f.mu.Lock()
@@ -113,12 +112,12 @@ func newFakeRollout(t testing.TB, nc *nats.Conn) *fakeRollout {
 			return *ro, nil
 		}))
 	}
-	control(rolloutapi.SubjectPause, rollout.StatusRunning, rollout.StatusPaused)
-	control(rolloutapi.SubjectResume, rollout.StatusPaused, rollout.StatusRunning)
-	control(rolloutapi.SubjectAbort, rollout.StatusRunning, rollout.StatusAborted)
-	control(rolloutapi.SubjectRetry, rollout.StatusFailed, rollout.StatusRunning)
+	control(rolloutapi.SubjectPause, rolloutapi.StatusRunning, rolloutapi.StatusPaused)
+	control(rolloutapi.SubjectResume, rolloutapi.StatusPaused, rolloutapi.StatusRunning)
+	control(rolloutapi.SubjectAbort, rolloutapi.StatusRunning, rolloutapi.StatusAborted)
+	control(rolloutapi.SubjectRetry, rolloutapi.StatusFailed, rolloutapi.StatusRunning)
 	opOf := func(ro *rolloutapi.Rollout) rolloutapi.Operation {
-		return rolloutapi.Operation{Org: ro.Org, ID: ro.ID, Kind: operation.Kind, Pool: ro.Pool, Status: string(ro.Status), Progress: ro.Progress,
+		return rolloutapi.Operation{Org: ro.Org, ID: ro.ID, Kind: rolloutapi.KindRollout, Pool: ro.Pool, Status: string(ro.Status), Progress: ro.Progress,
 			StartedAt: ro.StartedAt, UpdatedAt: ro.UpdatedAt, Version: ro.Version, LogLength: len(f.logs[ro.ID])}
 	}
 	must(command.Handle(srv, rolloutapi.SubjectOperationGet, func(_ context.Context, r rolloutapi.GetRequest) (rolloutapi.Operation, error) {
@@ -139,7 +138,7 @@ func newFakeRollout(t testing.TB, nc *nats.Conn) *fakeRollout {
 		defer f.mu.Unlock()
 		out := rolloutapi.OperationList{Items: []rolloutapi.Operation{}}
 		for _, ro := range f.rollouts {
-			if ro.Org == r.Org && (r.Kind == "" || r.Kind == operation.Kind) {
+			if ro.Org == r.Org && (r.Kind == "" || r.Kind == rolloutapi.KindRollout) {
 				out.Items = append(out.Items, opOf(ro))
 			}
 		}
@@ -164,13 +163,13 @@ func newFakeRollout(t testing.TB, nc *nats.Conn) *fakeRollout {
 				entries = entries[:r.Limit]
 			}
 			if len(entries) > 0 || final || r.Wait == 0 {
-				return rolloutapi.LogPage{Entries: append([]operation.Entry{}, entries...), Next: after + len(entries),
+				return rolloutapi.LogPage{Entries: append([]rolloutapi.Entry{}, entries...), Next: after + len(entries),
 					Status: string(ro.Status), Final: final && after+len(entries) == len(log)}, nil
 			}
 			select {
 			case <-changed:
 			case <-deadline:
-				return rolloutapi.LogPage{Entries: []operation.Entry{}, Next: after, Status: string(ro.Status)}, nil
+				return rolloutapi.LogPage{Entries: []rolloutapi.Entry{}, Next: after, Status: string(ro.Status)}, nil
 			}
 		}
 	}))
@@ -178,13 +177,13 @@ func newFakeRollout(t testing.TB, nc *nats.Conn) *fakeRollout {
 }
 
 // appendLog adds an entry to a rollout's log; final ends it.
-func (f *fakeRollout) appendLog(id string, e operation.Entry, final bool) {
+func (f *fakeRollout) appendLog(id string, e rolloutapi.Entry, final bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.logs[id] = append(f.logs[id], e)
 	if final {
 		f.final[id] = true
-		f.rollouts[id].Status = rollout.StatusSucceeded
+		f.rollouts[id].Status = rolloutapi.StatusSucceeded
 	}
 	close(f.changed)
 	f.changed = make(chan struct{})

@@ -173,10 +173,8 @@ func TestRolloutsWithFleet(t *testing.T) {
 		r := s.do("GET", allURL, tn.viewer, nil, nil, &ro)
 		return ro.Status == "running", string(r.body)
 	})
-	running := time.Now().UTC()
-	// a deliberate gap: ?at=running below must name an instant before
-	// the pause
-	time.Sleep(10 * time.Millisecond)
+	// ?at=running below must name an instant before the pause
+	running := instantPassed(t).UTC()
 	if r := s.do("POST", allURL+"/pause", tn.operator, map[string]any{"reason": "lunch"}, nil, &ro); r.status != 200 || ro.Status != "paused" || r.header.Get("ETag") == "" {
 		t.Fatalf("pause: %d %s", r.status, r.body)
 	}

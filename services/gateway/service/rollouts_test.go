@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	rolloutapi "github.com/anvil-fleet/anvil/services/rollout/api"
 	"github.com/anvil-fleet/anvil/services/rollout/domain/operation"
 )
 
@@ -166,7 +167,7 @@ func TestOperationLogStreamStopsPolling(t *testing.T) {
 		t.Fatalf("status event: %+v", ev)
 	}
 	// live entries still come through the canned log
-	fake.appendLog("ro-1", operation.Entry{At: time.Now().UTC(), Node: "w1", Step: "drain", Outcome: operation.LogBegun}, false)
+	fake.appendLog("ro-1", rolloutapi.Entry{At: time.Now().UTC(), Node: "w1", Step: "drain", Outcome: operation.LogBegun}, false)
 	if ev := next(t, ch); ev.id != "2" || !strings.Contains(ev.data, `"drain"`) {
 		t.Fatalf("live event: %+v", ev)
 	}

@@ -96,10 +96,9 @@ func TestMachineRoutes(t *testing.T) {
 		t.Fatalf("empty patch: %d", r.status)
 	}
 	// actions
-	before := time.Now()
-	// a deliberate gap: ?at=before below must fall between the patch and
-	// the actions that follow
-	time.Sleep(10 * time.Millisecond)
+	// ?at=before below must fall between the patch and the actions that
+	// follow
+	before := instantPassed(t)
 	// conflict: a machine that never booted cannot enter maintenance, and says why
 	if r := s.do("POST", base+"/"+uuid+"/maintenance/on", tn.operator, nil, nil, nil); r.status != 409 || !strings.Contains(r.problem().Detail, "has not booted") {
 		t.Fatalf("maintenance before boot: %d %s", r.status, r.body)
@@ -231,10 +230,9 @@ func TestRevokedTokenRefused(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	// and stays refused once the quiet period after the event is over: a
-	// deliberate wait past the token cache's flushQuiet (2 s), after which
-	// it caches again (not a condition the test could poll for)
-	time.Sleep(2500 * time.Millisecond)
+	// and stays refused once the quiet period after the event is over,
+	// when the token cache caches verified tokens again
+	s.waitTokenCaching(tn.viewer)
 	if r := s.do("GET", "/api/v1/orgs/acme/machines", issued.Token, nil, nil, nil); r.status != 401 {
 		t.Fatalf("the revoked token came back: %d", r.status)
 	}

@@ -17,7 +17,6 @@ import (
 	"github.com/anvil-fleet/anvil/libs/events/eventstest"
 	rev "github.com/anvil-fleet/anvil/services/revisions/api"
 	rolloutapi "github.com/anvil-fleet/anvil/services/rollout/api"
-	"github.com/anvil-fleet/anvil/services/rollout/domain/operation"
 )
 
 // The session store on a real JetStream: a session opens with its id
@@ -247,7 +246,7 @@ func TestRolloutPageSaysWhyItWaits(t *testing.T) {
 	var ro rolloutapi.Rollout
 	ro.ID, ro.Pool, ro.Status, ro.Revision = "ro-1", "workers", "running", 2
 	ro.StartedAt = opens.Add(-time.Hour)
-	ro.Conditions = []operation.Condition{{Type: "Progressing", Status: "False", Reason: "OutsideMaintenanceWindow",
+	ro.Conditions = []rolloutapi.Condition{{Type: "Progressing", Status: "False", Reason: "OutsideMaintenanceWindow",
 		Message: "no machine begins outside the pool's maintenance windows", Until: opens}}
 	rec := httptest.NewRecorder()
 	c.render(rec, httptest.NewRequest("GET", "/ui/x", nil), 200, "rollout",

@@ -8,13 +8,12 @@ import (
 	"time"
 
 	regapi "github.com/anvil-fleet/anvil/services/registry/api"
-	"github.com/anvil-fleet/anvil/services/registry/domain/org"
 )
 
 type settingsData struct {
 	Org         orgItem
-	Tokens      []org.TokenInfo
-	Enrollment  []org.TokenInfo
+	Tokens      []regapi.TokenInfo
+	Enrollment  []regapi.TokenInfo
 	BootURL     string
 	ChainURL    string // with a new enrollment token, shown once
 	NewToken    string // a new API token, shown once
@@ -47,13 +46,13 @@ func (c *Console) renderSettings(w http.ResponseWriter, r *http.Request, v view,
 	if v.Can("admin") {
 		// every page: a token past the first page must still show, and
 		// be revocable here
-		toks, err := listAll[org.TokenInfo](r.Context(), c, v.S.token, orgPath(v.Org, "tokens"))
+		toks, err := listAll[regapi.TokenInfo](r.Context(), c, v.S.token, orgPath(v.Org, "tokens"))
 		if err != nil {
 			c.fail(w, r, v, "listing API tokens", err)
 			return
 		}
 		d.Tokens = toks
-		enr, err := listAll[org.TokenInfo](r.Context(), c, v.S.token, orgPath(v.Org, "enrollment-tokens"))
+		enr, err := listAll[regapi.TokenInfo](r.Context(), c, v.S.token, orgPath(v.Org, "enrollment-tokens"))
 		if err != nil {
 			c.fail(w, r, v, "listing enrollment tokens", err)
 			return

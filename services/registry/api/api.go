@@ -1,6 +1,12 @@
-// Package api is the registry's contract on NATS: subjects, requests,
-// replies and typed clients. The gateway, boot and rollout services import
-// it; it depends only on libs/events and the registry's domain types.
+// Package api is the registry's contract: NATS subjects, requests,
+// replies, the machine commands other services send, the integration
+// events they consume, and a typed client. The gateway, boot and rollout
+// services import it and nothing else of the registry.
+//
+// Its types are plain data that import only the standard library, nats.go
+// and libs/: the registry's domain stays private, and the registry
+// translates between the two in its adapters (adapters/wire), whose tests
+// check that every type here encodes exactly as its domain counterpart.
 package api
 
 import (
@@ -11,9 +17,6 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/anvil-fleet/anvil/libs/events/command"
-	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
-	"github.com/anvil-fleet/anvil/services/registry/domain/org"
-	"github.com/anvil-fleet/anvil/services/registry/domain/token"
 )
 
 // Subjects. Machine commands are served on MachineCommandPrefix + the
@@ -41,9 +44,9 @@ func MachineSubject(commandType string) string {
 	return MachineCommandPrefix + commandType[len("machine."):]
 }
 
-// MachineCommand carries one domain command for one machine. Command is the
-// command's JSON (e.g. {"pool":"workers"} for assign_to_pool).
-type MachineCommand struct {
+// MachineRequest carries one machine command for one machine. Command is
+// the command's JSON (e.g. {"pool":"workers"} for assign_to_pool).
+type MachineRequest struct {
 	Org  string `json:"org"`
 	UUID string `json:"uuid"`
 	// ExpectedVersion, when set, makes the command conditional (If-Match):
@@ -60,15 +63,6 @@ type MachineReply struct {
 	// Deleted: the command removed the machine; Machine is the machine as
 	// it last was, with its last status, and Version the deletion's.
 	Deleted bool `json:"deleted,omitempty"`
-}
-
-// Machine is the machine as the API shows it.
-type Machine struct {
-	Org string `json:"org"`
-	machine.State
-	CreatedAt time.Time `json:"created_at,omitzero"`
-	UpdatedAt time.Time `json:"updated_at,omitzero"`
-	LastSeen  time.Time `json:"last_seen,omitzero"`
 }
 
 // SelfRegister is the boot service's request when a machine iPXE-boots.
@@ -108,7 +102,8 @@ type MachineGet struct {
 	MinVersion uint64 `json:"min_version,omitempty"`
 }
 
-// MachineList lists machines of an org; see readmodel.Filter for paging.
+// MachineList lists machines of an org, a page at a time (Cursor is the
+// Next of the previous page).
 type MachineList struct {
 	// MinVersion: as in MachineGet; the list waits (briefly) until the
 	// projection applied that machine write.
@@ -162,11 +157,11 @@ type OrgList struct {
 // TokenIssue creates an API token (Kind "api", with a Role) or an
 // enrollment token (Kind "enroll").
 type TokenIssue struct {
-	Org       string     `json:"org"`
-	Kind      token.Kind `json:"kind"`
-	Name      string     `json:"name,omitempty"`
-	Role      org.Role   `json:"role,omitempty"`
-	ExpiresAt time.Time  `json:"expires_at,omitzero"`
+	Org       string    `json:"org"`
+	Kind      TokenKind `json:"kind"`
+	Name      string    `json:"name,omitempty"`
+	Role      Role      `json:"role,omitempty"`
+	ExpiresAt time.Time `json:"expires_at,omitzero"`
 	// MaxMachines caps how many machines an enrollment token may register
 	// (0: no cap); API tokens have none.
 	MaxMachines int `json:"max_machines,omitempty"`
@@ -174,19 +169,19 @@ type TokenIssue struct {
 
 // TokenIssued holds the plaintext token: shown once, never stored.
 type TokenIssued struct {
-	Token string        `json:"token"`
-	Info  org.TokenInfo `json:"info"`
+	Token string    `json:"token"`
+	Info  TokenInfo `json:"info"`
 }
 
 // TokenListReq lists an org's tokens of one kind ("" for both).
 type TokenListReq struct {
-	Org  string     `json:"org"`
-	Kind token.Kind `json:"kind,omitempty"`
+	Org  string    `json:"org"`
+	Kind TokenKind `json:"kind,omitempty"`
 }
 
 // TokenList is a list of token descriptions (never hashes or secrets).
 type TokenList struct {
-	Items []org.TokenInfo `json:"items"`
+	Items []TokenInfo `json:"items"`
 }
 
 // TokenRevoke revokes one token.
@@ -197,17 +192,17 @@ type TokenRevoke struct {
 
 // TokenVerify checks a presented token of the expected kind.
 type TokenVerify struct {
-	Token string     `json:"token"`
-	Kind  token.Kind `json:"kind"`
+	Token string    `json:"token"`
+	Kind  TokenKind `json:"kind"`
 }
 
 // Principal is who a verified token belongs to.
 type Principal struct {
-	Org     string     `json:"org"`
-	TokenID string     `json:"token_id"`
-	Name    string     `json:"name,omitempty"`
-	Kind    token.Kind `json:"kind"`
-	Role    org.Role   `json:"role,omitempty"`
+	Org     string    `json:"org"`
+	TokenID string    `json:"token_id"`
+	Name    string    `json:"name,omitempty"`
+	Kind    TokenKind `json:"kind"`
+	Role    Role      `json:"role,omitempty"`
 }
 
 // Actor is how events record this principal.
@@ -221,14 +216,15 @@ func (p Principal) Actor() string {
 // Client calls the registry over NATS.
 type Client struct{ NC *nats.Conn }
 
-// Machine runs a machine command such as machine.AssignToPool{Pool: "p"}.
-func (c Client) Machine(ctx context.Context, orgID, uuid string, cmd machine.Command, expected uint64) (MachineReply, error) {
+// Machine runs a machine command such as AssignToPool{Pool: "p"};
+// expected, when set, makes it conditional on the machine's version.
+func (c Client) Machine(ctx context.Context, orgID, uuid string, cmd MachineCommand, expected uint64) (MachineReply, error) {
 	body, err := json.Marshal(cmd)
 	if err != nil {
 		return MachineReply{}, err
 	}
-	return command.Call[MachineCommand, MachineReply](ctx, c.NC, MachineSubject(cmd.CommandType()),
-		MachineCommand{Org: orgID, UUID: uuid, ExpectedVersion: expected, Command: body})
+	return command.Call[MachineRequest, MachineReply](ctx, c.NC, MachineSubject(cmd.CommandType()),
+		MachineRequest{Org: orgID, UUID: uuid, ExpectedVersion: expected, Command: body})
 }
 
 func (c Client) SelfRegister(ctx context.Context, r SelfRegister) (SelfRegisterReply, error) {
@@ -272,8 +268,8 @@ func (c Client) ListTokens(ctx context.Context, r TokenListReq) (TokenList, erro
 	return command.Call[TokenListReq, TokenList](ctx, c.NC, SubjectTokenList, r)
 }
 
-func (c Client) RevokeToken(ctx context.Context, r TokenRevoke) (org.TokenInfo, error) {
-	return command.Call[TokenRevoke, org.TokenInfo](ctx, c.NC, SubjectTokenRevoke, r)
+func (c Client) RevokeToken(ctx context.Context, r TokenRevoke) (TokenInfo, error) {
+	return command.Call[TokenRevoke, TokenInfo](ctx, c.NC, SubjectTokenRevoke, r)
 }
 
 func (c Client) VerifyToken(ctx context.Context, r TokenVerify) (Principal, error) {

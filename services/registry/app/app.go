@@ -4,11 +4,11 @@ package app
 
 import (
 	"context"
-	"errors"
 	"io"
 	"time"
 
 	"github.com/anvil-fleet/anvil/libs/events"
+	"github.com/anvil-fleet/anvil/libs/events/aggregate"
 	"github.com/anvil-fleet/anvil/libs/events/errs"
 	"github.com/anvil-fleet/anvil/services/registry/adapters"
 	"github.com/anvil-fleet/anvil/services/registry/domain/enrollment"
@@ -88,86 +88,38 @@ type App struct {
 	// that appends nothing (a no-op or a refusal) with one direct read of
 	// the aggregate's version, instead of reading all its events.
 	Versions Versions
+	// Retry bounds and spaces the re-decisions of a command that lost an
+	// optimistic-concurrency race; zero: aggregate's defaults.
+	Retry aggregate.Retry
 }
 
 const (
 	machineType = "machine"
 	orgType     = "org"
-	// maxAttempts bounds re-deciding after losing an optimistic-concurrency race.
-	maxAttempts = 8
 )
 
-// decideAndAppend loads an aggregate, decides, and appends, re-deciding on a
-// lost race unless the caller pinned the version it expects.
-// It returns the state after the appended events.
-//
-// cached, when not nil, offers the projection's copy of the state and its
-// version as the starting point, which saves reading the log. It is trusted
-// only as far as the optimistic append confirms it: a stale copy costs a
-// conflict, and any refusal or no-op decided on it is decided again on the
-// log.
-//
-// versionOf, when not nil, reads the aggregate's version from the log
-// without its events: a refusal or a no-op decided on a cached copy at that
-// very version stands without reading the log.
-func decideAndAppend[S any](ctx context.Context, store events.Store, ref events.AggregateRef, expected uint64,
-	cached func() (S, uint64), fold func(envs []events.Envelope) (S, error), decide func(S) ([]any, error), evolve func(S, []any) S,
-	versionOf func(context.Context, events.AggregateRef) (uint64, error)) (S, []events.Envelope, uint64, error) {
-	var zero S
-	for attempt := 0; ; attempt++ {
-		var state S
-		var version uint64
-		if attempt == 0 && cached != nil {
-			state, version = cached()
-		} else {
-			envs, err := store.Load(ctx, ref)
-			if err != nil {
-				return zero, nil, 0, err
-			}
-			version = events.Version(envs)
-			if state, err = fold(envs); err != nil {
-				return zero, nil, version, err
-			}
-		}
-		if expected != 0 && expected != version {
-			if attempt == 0 && cached != nil {
-				continue // the projection may lag: ask the log
-			}
-			return zero, nil, version, errs.Precondition("%s is at version %d, not %d", ref.Type, version, expected)
-		}
-		evs, err := decide(state)
-		if (err != nil || len(evs) == 0) && attempt == 0 && cached != nil {
-			// Only an append checks that the cached copy was current; a
-			// refusal or a no-op decided on it must be decided again on the
-			// log, unless the log's version says that the copy is current.
-			if versionOf != nil {
-				if v, verr := versionOf(ctx, ref); verr == nil && v == version {
-					return state, nil, version, err
-				}
-			}
-			continue
-		}
-		if err != nil || len(evs) == 0 {
-			return state, nil, version, err
-		}
-		drafts := make([]events.Draft, len(evs))
-		for i, e := range evs {
-			p, ok := e.(events.Payload)
-			if !ok {
-				return zero, nil, version, errs.Internal("event %T has no EventType", e)
-			}
-			drafts[i] = events.Draft{Payload: p}
-		}
-		stored, err := store.Append(ctx, ref, version, drafts...)
-		var conflict *events.ConflictError
-		if errors.As(err, &conflict) && (expected == 0 || attempt == 0 && cached != nil) && attempt+1 < maxAttempts {
-			continue
-		}
-		if err != nil {
-			return zero, nil, version, err
-		}
-		return evolve(state, evs), stored, events.Version(stored), nil
+// machines runs commands on machines: it starts from the read model's copy
+// when the caller offers one, and a refusal or no-op decided on it stands
+// only when the log's version (Versions) confirms the copy.
+func (a *App) machines() *aggregate.Executor[machine.State] {
+	x := &aggregate.Executor[machine.State]{Store: a.Store, Registry: registry, Clock: a.Now, Retry: a.Retry,
+		Apply: func(s machine.State, _ *events.Envelope, p any) machine.State {
+			s.Apply(p)
+			return s
+		}}
+	if a.Versions != nil {
+		x.Version = a.Versions.Version
 	}
+	return x
+}
+
+// orgs runs commands on organizations, always on the log.
+func (a *App) orgs() *aggregate.Executor[org.State] {
+	return &aggregate.Executor[org.State]{Store: a.Store, Registry: registry, Clock: a.Now, Retry: a.Retry,
+		Apply: func(s org.State, _ *events.Envelope, p any) org.State {
+			s.Apply(p)
+			return s
+		}}
 }
 
 // Registry is every payload type the registry reads.

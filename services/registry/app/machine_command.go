@@ -6,7 +6,9 @@ import (
 	"time"
 
 	"github.com/anvil-fleet/anvil/libs/events"
+	"github.com/anvil-fleet/anvil/libs/events/aggregate"
 	"github.com/anvil-fleet/anvil/libs/events/errs"
+	"github.com/anvil-fleet/anvil/services/registry/adapters/wire"
 	"github.com/anvil-fleet/anvil/services/registry/api"
 	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
 )
@@ -22,42 +24,40 @@ func (a *App) MachineCommand(ctx context.Context, orgID, uuidIn string, expected
 		return api.MachineReply{}, withCommandFields(err, cmds, now)
 	}
 	ref := events.AggregateRef{Org: orgID, Type: machineType, ID: uuid}
-	cached := func() (machine.State, uint64) {
-		m, err := a.Machines.Model().Get(orgID, uuid)
-		if err != nil {
-			return machine.State{}, 0
-		}
-		return m.State.Clone(), m.Version
-	}
-	var versionOf func(context.Context, events.AggregateRef) (uint64, error)
-	if a.Versions != nil {
-		versionOf = a.Versions.Version
-	}
 	// last is the machine as it last existed in the decision that stood:
 	// what a deletion answers with.
 	var last machine.State
-	state, stored, version, err := decideAndAppend(ctx, a.Store, ref, expected, cached, foldMachine, func(s machine.State) ([]any, error) {
-		last = s
-		var all []any
-		for _, cmd := range cmds {
-			evs, err := machine.Decide(s, cmd, now)
+	res, err := a.machines().Execute(ctx, aggregate.Command[machine.State]{Ref: ref, Expected: expected,
+		Cached: func() (machine.State, uint64, bool) {
+			m, err := a.Machines.Model().Get(orgID, uuid)
 			if err != nil {
-				return nil, err
+				return machine.State{}, 0, true // unknown to the read model: decided on nothing first, then on the log
 			}
-			s = evolveMachine(s, evs)
-			if s.Exists() {
-				last = s
+			return m.State.Clone(), m.Version, true
+		},
+		Decide: func(s machine.State, now time.Time) ([]any, error) {
+			last = s.Clone() // the executor applies the events to s
+			var all []any
+			for _, cmd := range cmds {
+				evs, err := machine.Decide(s, cmd, now)
+				if err != nil {
+					return nil, err
+				}
+				s = evolveMachine(s, evs)
+				if s.Exists() {
+					last = s
+				}
+				all = append(all, evs...)
 			}
-			all = append(all, evs...)
-		}
-		return all, nil
-	}, evolveMachine, versionOf)
+			return all, nil
+		}})
 	if err != nil {
 		return api.MachineReply{}, err
 	}
-	reply := api.MachineReply{Machine: api.Machine{Org: orgID, State: state}, Version: version, Events: types(stored)}
-	if !state.Exists() && last.Exists() && len(stored) > 0 {
-		reply.Machine.State, reply.Deleted = last, true
+	state := res.State
+	reply := api.MachineReply{Machine: wire.Machine(orgID, state), Version: res.Version, Events: types(res.Stored)}
+	if !state.Exists() && last.Exists() && len(res.Stored) > 0 {
+		reply.Machine, reply.Deleted = wire.Machine(orgID, last), true
 	}
 	if err := a.keepIPXEBoots(ctx, orgID, uuid, cmds, &reply); err != nil {
 		return api.MachineReply{}, err
@@ -84,7 +84,7 @@ func (a *App) withSettings(cmds []machine.Command) []machine.Command {
 // that every replica shows it whether the log records it or not, and
 // shows it in the reply.
 func (a *App) keepIPXEBoots(ctx context.Context, orgID, uuid string, cmds []machine.Command, reply *api.MachineReply) error {
-	if a.IPXEBoots == nil || reply.Deleted || !reply.Machine.Exists() {
+	if a.IPXEBoots == nil || reply.Deleted || reply.Machine.Status == "" {
 		return nil
 	}
 	for _, c := range cmds {
@@ -104,7 +104,7 @@ func (a *App) keepIPXEBoots(ctx context.Context, orgID, uuid string, cmds []mach
 			return errs.Unavailable("keeping the iPXE boot of machine %s: %v", uuid, err)
 		}
 		a.Machines.Model().SetIPXEBoot(orgID, uuid, at, retryBy)
-		reply.Machine.State = reply.Machine.State.WithIPXEBoot(at, retryBy)
+		reply.Machine = wire.MachineWithIPXEBoot(reply.Machine, at, retryBy)
 	}
 	return nil
 }
@@ -152,16 +152,4 @@ func evolveMachine(s machine.State, evs []any) machine.State {
 		s.Apply(e)
 	}
 	return s
-}
-
-func foldMachine(envs []events.Envelope) (machine.State, error) {
-	var s machine.State
-	for i := range envs {
-		p, err := registry.Decode(&envs[i])
-		if err != nil {
-			return s, errs.Internal("machine history does not decode at %d: %v", envs[i].Sequence, err)
-		}
-		s.Apply(p)
-	}
-	return s, nil
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/anvil-fleet/anvil/libs/events"
 	"github.com/anvil-fleet/anvil/libs/events/errs"
+	"github.com/anvil-fleet/anvil/services/registry/adapters/wire"
 	"github.com/anvil-fleet/anvil/services/registry/api"
 	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
 )
@@ -56,7 +57,9 @@ func (a *App) GetMachine(ctx context.Context, r api.MachineGet) (api.MachineRepl
 		}
 		return api.MachineReply{}, errs.NotFound("machine %s did not exist at %s", uuid, r.At)
 	}
-	return api.MachineReply{Machine: api.Machine{Org: r.Org, State: s, CreatedAt: created.Time, UpdatedAt: updated.Time}, Version: version}, nil
+	m := wire.Machine(r.Org, s)
+	m.CreatedAt, m.UpdatedAt = created.Time, updated.Time
+	return api.MachineReply{Machine: m, Version: version}, nil
 }
 
 // GetMachineJSON is GetMachine answered, for the machine as it is now,

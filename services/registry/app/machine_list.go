@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/anvil-fleet/anvil/libs/events/errs"
+	"github.com/anvil-fleet/anvil/services/registry/adapters/wire"
 	"github.com/anvil-fleet/anvil/services/registry/api"
 	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
 	"github.com/anvil-fleet/anvil/services/registry/readmodel"
@@ -31,7 +32,9 @@ func (a *App) ListMachines(ctx context.Context, r api.MachineList) (api.MachineP
 }
 
 func view(m readmodel.Machine) api.Machine {
-	return api.Machine{Org: m.Org, State: m.Shown(), CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt, LastSeen: m.LastSeen}
+	out := wire.Machine(m.Org, m.Shown())
+	out.CreatedAt, out.UpdatedAt, out.LastSeen = m.CreatedAt, m.UpdatedAt, m.LastSeen
+	return out
 }
 
 // ListMachinesJSON is ListMachines answered with the read model's encoded

@@ -9,7 +9,6 @@ import (
 	"github.com/anvil-fleet/anvil/services/registry/api"
 	"github.com/anvil-fleet/anvil/services/registry/domain/enrollment"
 	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
-	"github.com/anvil-fleet/anvil/services/registry/domain/token"
 )
 
 // SelfRegister handles a machine's iPXE boot: the enrollment token decides
@@ -24,7 +23,7 @@ import (
 // no rate configured) is not counted: nothing then serializes its
 // registrations.
 func (a *App) SelfRegister(ctx context.Context, r api.SelfRegister) (api.SelfRegisterReply, error) {
-	p, err := a.VerifyToken(ctx, api.TokenVerify{Token: r.EnrollmentToken, Kind: token.KindEnrollment})
+	p, err := a.VerifyToken(ctx, api.TokenVerify{Token: r.EnrollmentToken, Kind: api.KindEnrollment})
 	if err != nil {
 		return api.SelfRegisterReply{}, err
 	}

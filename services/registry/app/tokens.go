@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/anvil-fleet/anvil/libs/events/errs"
+	"github.com/anvil-fleet/anvil/services/registry/adapters/wire"
 	"github.com/anvil-fleet/anvil/services/registry/api"
 	"github.com/anvil-fleet/anvil/services/registry/domain/org"
 	"github.com/anvil-fleet/anvil/services/registry/domain/token"
@@ -12,30 +13,31 @@ import (
 // IssueToken creates an API or enrollment token. The plaintext is in the
 // reply only; the event and the projection keep its hash.
 func (a *App) IssueToken(ctx context.Context, r api.TokenIssue) (api.TokenIssued, error) {
-	plaintext, id, hash, err := token.Generate(r.Kind, a.Rand)
+	kind := token.Kind(r.Kind)
+	plaintext, id, hash, err := token.Generate(kind, a.Rand)
 	if err != nil {
 		return api.TokenIssued{}, err
 	}
 	var cmd org.Command
-	switch r.Kind {
+	switch kind {
 	case token.KindAPI:
 		if r.MaxMachines != 0 {
 			return api.TokenIssued{}, errs.Invalid("max_machines", "only enrollment tokens register machines")
 		}
-		cmd = org.IssueAPIToken{TokenID: id, Hash: hash, Name: r.Name, Role: r.Role, ExpiresAt: r.ExpiresAt}
+		cmd = org.IssueAPIToken{TokenID: id, Hash: hash, Name: r.Name, Role: org.Role(r.Role), ExpiresAt: r.ExpiresAt}
 	default:
 		if r.Role != "" {
 			return api.TokenIssued{}, errs.Invalid("role", "only API tokens have a role")
 		}
 		cmd = org.IssueEnrollmentToken{TokenID: id, Hash: hash, Name: r.Name, ExpiresAt: r.ExpiresAt, MaxMachines: r.MaxMachines}
 	}
-	s, _, _, err := a.orgCommand(ctx, r.Org, 0, cmd)
+	res, err := a.orgCommand(ctx, r.Org, 0, cmd)
 	if err != nil {
 		return api.TokenIssued{}, err
 	}
-	for _, info := range s.ListTokens(r.Kind, a.Now()) {
+	for _, info := range res.State.ListTokens(kind, a.Now()) {
 		if info.ID == id {
-			return api.TokenIssued{Token: plaintext, Info: a.withUsage(ctx, r.Org, info)}, nil
+			return api.TokenIssued{Token: plaintext, Info: wire.TokenInfo(a.withUsage(ctx, r.Org, info))}, nil
 		}
 	}
 	return api.TokenIssued{}, errs.Internal("issued token %s is missing from its organization", id)
@@ -47,34 +49,33 @@ func (a *App) ListTokens(ctx context.Context, r api.TokenListReq) (api.TokenList
 	if err != nil {
 		return api.TokenList{}, err
 	}
-	out := api.TokenList{Items: []org.TokenInfo{}}
+	out := api.TokenList{Items: []api.TokenInfo{}}
 	for _, k := range []token.Kind{token.KindAPI, token.KindEnrollment} {
-		if r.Kind == "" || r.Kind == k {
-			out.Items = append(out.Items, v.State.ListTokens(k, a.Now())...)
+		if r.Kind == "" || token.Kind(r.Kind) == k {
+			for _, info := range v.State.ListTokens(k, a.Now()) {
+				out.Items = append(out.Items, wire.TokenInfo(a.withUsage(ctx, r.Org, info)))
+			}
 		}
-	}
-	for i := range out.Items {
-		out.Items[i] = a.withUsage(ctx, r.Org, out.Items[i])
 	}
 	return out, nil
 }
 
 // RevokeToken revokes one token of the organization.
-func (a *App) RevokeToken(ctx context.Context, r api.TokenRevoke) (org.TokenInfo, error) {
+func (a *App) RevokeToken(ctx context.Context, r api.TokenRevoke) (api.TokenInfo, error) {
 	if _, err := a.Orgs.Get(r.Org); err != nil {
-		return org.TokenInfo{}, err
+		return api.TokenInfo{}, err
 	}
-	s, _, _, err := a.orgCommand(ctx, r.Org, 0, org.RevokeToken{TokenID: r.TokenID})
+	res, err := a.orgCommand(ctx, r.Org, 0, org.RevokeToken{TokenID: r.TokenID})
 	if err != nil {
-		return org.TokenInfo{}, err
+		return api.TokenInfo{}, err
 	}
-	stored, _ := s.Token(r.TokenID)
-	for _, info := range s.ListTokens(stored.Kind, a.Now()) {
+	stored, _ := res.State.Token(r.TokenID)
+	for _, info := range res.State.ListTokens(stored.Kind, a.Now()) {
 		if info.ID == r.TokenID {
-			return a.withUsage(ctx, r.Org, info), nil
+			return wire.TokenInfo(a.withUsage(ctx, r.Org, info)), nil
 		}
 	}
-	return org.TokenInfo{}, errs.NotFound("token %q does not exist", r.TokenID)
+	return api.TokenInfo{}, errs.NotFound("token %q does not exist", r.TokenID)
 }
 
 // VerifyToken checks a presented token against the projection. Every
@@ -85,7 +86,7 @@ func (a *App) VerifyToken(_ context.Context, r api.TokenVerify) (api.Principal, 
 	if err != nil {
 		return api.Principal{}, errs.Unauthorized("the token is malformed")
 	}
-	if r.Kind != "" && kind != r.Kind {
+	if r.Kind != "" && kind != token.Kind(r.Kind) {
 		return api.Principal{}, errs.Unauthorized("a %s token was presented where a %s token is required", kind, r.Kind)
 	}
 	v, ok := a.Orgs.ByToken(id)
@@ -100,7 +101,7 @@ func (a *App) VerifyToken(_ context.Context, r api.TokenVerify) (api.Principal, 
 		return api.Principal{}, errs.Unauthorized("the token is not valid (%s)", token.ReasonOf(err))
 	}
 	t := v.State.Tokens[id]
-	return api.Principal{Org: v.State.ID, TokenID: id, Name: t.Name, Kind: kind, Role: t.Role}, nil
+	return api.Principal{Org: v.State.ID, TokenID: id, Name: t.Name, Kind: api.TokenKind(kind), Role: api.Role(t.Role)}, nil
 }
 
 // withUsage adds how many machines an enrollment token has registered

@@ -3,33 +3,27 @@ package ports
 
 import (
 	"context"
-	"reflect"
 
 	"github.com/anvil-fleet/anvil/libs/events/command"
 	"github.com/anvil-fleet/anvil/libs/events/errs"
+	"github.com/anvil-fleet/anvil/services/registry/adapters/wire"
 	"github.com/anvil-fleet/anvil/services/registry/api"
 	"github.com/anvil-fleet/anvil/services/registry/app"
-	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
 )
 
 // Register serves every registry subject on srv.
 func Register(srv *command.Server, a *app.App) error {
-	for _, zero := range machine.CommandTypes() {
-		cmdType := reflect.TypeOf(zero)
-		name := zero.(machine.Command).CommandType()
-		if name == (machine.Register{}).CommandType() {
-			continue // machines register through self_register, which checks the enrollment token
-		}
-		err := command.Handle(srv, api.MachineSubject(name), func(ctx context.Context, r api.MachineCommand) (api.MachineReply, error) {
-			ptr := reflect.New(cmdType)
-			body := r.Command
-			if len(body) == 0 {
-				body = []byte("{}")
-			}
-			if err := command.Decode(body, ptr.Interface()); err != nil {
+	// The contract's commands (api.MachineCommands), each decoded into the
+	// domain's: machines register only through self_register, which checks
+	// the enrollment token.
+	for _, zero := range api.MachineCommands() {
+		name := zero.CommandType()
+		err := command.Handle(srv, api.MachineSubject(name), func(ctx context.Context, r api.MachineRequest) (api.MachineReply, error) {
+			cmd, err := wire.MachineCommand(name, r.Command)
+			if err != nil {
 				return api.MachineReply{}, prefix(err, "command")
 			}
-			return a.MachineCommand(ctx, r.Org, r.UUID, r.ExpectedVersion, ptr.Elem().Interface().(machine.Command))
+			return a.MachineCommand(ctx, r.Org, r.UUID, r.ExpectedVersion, cmd)
 		})
 		if err != nil {
 			return err

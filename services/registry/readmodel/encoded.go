@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/anvil-fleet/anvil/libs/events/errs"
-	"github.com/anvil-fleet/anvil/services/registry/api"
+	"github.com/anvil-fleet/anvil/services/registry/adapters/wire"
 	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
 )
 
@@ -29,7 +29,9 @@ func (r *record) encoded(org string) []byte {
 	if p := r.enc.Load(); p != nil {
 		return *p
 	}
-	b, err := json.Marshal(api.Machine{Org: org, State: r.shown(), CreatedAt: r.created, UpdatedAt: r.updated})
+	m := wire.Machine(org, r.shown())
+	m.CreatedAt, m.UpdatedAt = r.created, r.updated
+	b, err := json.Marshal(m)
 	if err != nil || len(b) < 2 || b[len(b)-1] != '}' {
 		// a State always encodes; keep the answer well-formed regardless
 		b = append(append([]byte(`{"org":`), strconv.Quote(org)...), '}')

@@ -8,6 +8,7 @@ import (
 
 	"github.com/anvil-fleet/anvil/libs/events/errs"
 	"github.com/anvil-fleet/anvil/libs/events/eventstest"
+	"github.com/anvil-fleet/anvil/services/registry/adapters/wire"
 	"github.com/anvil-fleet/anvil/services/registry/api"
 	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
 )
@@ -15,7 +16,9 @@ import (
 // apiView is what the registry answered before the read model kept
 // encodings: its machines converted to api.Machine.
 func apiView(m Machine) api.Machine {
-	return api.Machine{Org: m.Org, State: m.Shown(), CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt, LastSeen: m.LastSeen}
+	out := wire.Machine(m.Org, m.Shown())
+	out.CreatedAt, out.UpdatedAt, out.LastSeen = m.CreatedAt, m.UpdatedAt, m.LastSeen
+	return out
 }
 
 // wantPage is json.Marshal of the page List returns, as api.MachinePage.
@@ -105,7 +108,7 @@ func TestEncodedAnswersMatchTheStructs(t *testing.T) {
 		}
 		x, _ := m.Get(e.org, id)
 		for _, it := range page.Items {
-			if it.UUID == id && (it.Hostname != x.Hostname || !it.LastSeen.Equal(x.LastSeen) || it.Status != x.Status) {
+			if it.UUID == id && (it.Hostname != x.Hostname || !it.LastSeen.Equal(x.LastSeen) || string(it.Status) != string(x.Status)) {
 				t.Fatalf("%s: listed as %+v, is %+v", what, it, x)
 			}
 		}

@@ -13,7 +13,6 @@ import (
 	"github.com/anvil-fleet/anvil/libs/events/eventstest"
 	"github.com/anvil-fleet/anvil/services/registry/api"
 	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
-	"github.com/anvil-fleet/anvil/services/registry/domain/token"
 	"github.com/anvil-fleet/anvil/services/registry/service"
 )
 
@@ -135,7 +134,7 @@ func TestIPXEBootsAllRecordedWhenAsked(t *testing.T) {
 // issueEnroll issues an enrollment token with a cap.
 func (f *fixture) issueEnroll(t testing.TB, org string, max int) api.TokenIssued {
 	t.Helper()
-	tok, err := f.c.IssueToken(context.Background(), api.TokenIssue{Org: org, Kind: token.KindEnrollment, Name: "rack-9", MaxMachines: max})
+	tok, err := f.c.IssueToken(context.Background(), api.TokenIssue{Org: org, Kind: api.KindEnrollment, Name: "rack-9", MaxMachines: max})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +182,7 @@ func TestEnrollmentTokenMaxMachines(t *testing.T) {
 	if _, err := register(3); !errs.Is(err, errs.KindForbidden) {
 		t.Fatalf("a pre-registered machine over the cap: %v", err)
 	}
-	list, err := f.c.ListTokens(ctx, api.TokenListReq{Org: "acme", Kind: token.KindEnrollment})
+	list, err := f.c.ListTokens(ctx, api.TokenListReq{Org: "acme", Kind: api.KindEnrollment})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,8 +193,8 @@ func TestEnrollmentTokenMaxMachines(t *testing.T) {
 	}
 	// validation names the field
 	for _, tc := range []api.TokenIssue{
-		{Org: "acme", Kind: token.KindEnrollment, MaxMachines: -1},
-		{Org: "acme", Kind: token.KindAPI, Role: "viewer", MaxMachines: 3},
+		{Org: "acme", Kind: api.KindEnrollment, MaxMachines: -1},
+		{Org: "acme", Kind: api.KindAPI, Role: "viewer", MaxMachines: 3},
 	} {
 		_, err := f.c.IssueToken(ctx, tc)
 		if e := errs.As(err); e == nil || e.Kind != errs.KindValidation || len(e.Fields) != 1 || e.Fields[0].Field != "max_machines" {
@@ -303,7 +302,7 @@ func TestDeletionAnswersTheMachineAsItWas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !del.Deleted || del.Machine.UUID != uuid || del.Machine.Hostname != "w31" || del.Machine.Status != machine.StatusReadyUnassigned ||
+	if !del.Deleted || del.Machine.UUID != uuid || del.Machine.Hostname != "w31" || del.Machine.Status != api.StatusReadyUnassigned ||
 		del.Version <= reg.Version || len(del.Events) != 1 || del.Events[0] != "machine.deleted" {
 		t.Fatalf("forced delete answered %+v", del)
 	}

@@ -2,7 +2,7 @@
 // serves, their request and response types, and one small typed client
 // function per subject. The gateway, boot and rollout services import it.
 //
-// It depends only on libs/events, nats.go and the standard library: the
+// It depends only on libs/events, libs/fields, nats.go and the standard library: the
 // types are plain DTOs whose JSON is the wire format, so importing them
 // pulls in none of the service's domain (Butane, Ignition, YAML).
 //
@@ -21,6 +21,8 @@
 package api
 
 import (
+	"github.com/anvil-fleet/anvil/libs/fields/values"
+
 	"encoding/json"
 	"fmt"
 	"io"
@@ -332,31 +334,11 @@ func (v IntOrPercent) MarshalJSON() ([]byte, error) {
 }
 
 func (v *IntOrPercent) UnmarshalJSON(b []byte) error {
-	if string(b) == "null" {
-		return nil
+	s, err := values.DecodeIntOrPercent(b, reflect.TypeFor[IntOrPercent]())
+	if err == nil && s != nil {
+		*v = IntOrPercent(*s)
 	}
-	var n json.Number
-	if err := json.Unmarshal(b, &n); err == nil {
-		*v = IntOrPercent(n.String())
-		return nil
-	}
-	var s string
-	if err := json.Unmarshal(b, &s); err == nil {
-		*v = IntOrPercent(s)
-		return nil
-	}
-	kind := "value"
-	if len(b) > 0 {
-		switch b[0] {
-		case '{':
-			kind = "object"
-		case '[':
-			kind = "array"
-		case 't', 'f':
-			kind = "bool"
-		}
-	}
-	return &json.UnmarshalTypeError{Value: kind, Type: reflect.TypeFor[IntOrPercent]()}
+	return err
 }
 
 // PoolSpec is everything a user sets on a pool: the display name, the

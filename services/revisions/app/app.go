@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/anvil-fleet/anvil/libs/events"
+	"github.com/anvil-fleet/anvil/libs/events/aggregate"
 	"github.com/anvil-fleet/anvil/services/revisions/domain/render"
 	"github.com/anvil-fleet/anvil/services/revisions/domain/secret"
 )
@@ -76,6 +77,9 @@ type Deps struct {
 	Keys   []secret.Key
 	Nonces io.Reader // crypto/rand.Reader in production
 	Clock  func() time.Time
+	// Retry bounds and spaces the re-decisions of a command that lost an
+	// optimistic-concurrency race; zero: aggregate's defaults.
+	Retry aggregate.Retry
 	// Renderer and RenderOptions render machine revisions and previews;
 	// the files machines fetch are resolved through Assets (with
 	// AssetSettings) first, which fills in their URLs and hashes.

@@ -3,17 +3,17 @@ package app
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"time"
 
 	"github.com/anvil-fleet/anvil/libs/events"
+	"github.com/anvil-fleet/anvil/libs/events/aggregate"
 	"github.com/anvil-fleet/anvil/libs/events/errs"
 	"github.com/anvil-fleet/anvil/services/revisions/domain/check"
 )
 
 // MaxAttempts bounds how often a command without an expected version is
-// re-decided after losing an optimistic-concurrency race.
-const MaxAttempts = 8
+// decided on the log after losing an optimistic-concurrency race.
+const MaxAttempts = aggregate.DefaultMaxAttempts
 
 // readWait bounds how long a query waits for the read model to reach a
 // version (MinVersion, or the log's head before a cross-aggregate check).
@@ -25,22 +25,28 @@ type folder interface {
 	CurrentVersion() uint64
 }
 
+// executor runs commands on the aggregates whose records are P, through
+// the one executor every service uses (libs/events/aggregate).
+func executor[R any, P interface {
+	*R
+	folder
+}](b *base) *aggregate.Executor[P] {
+	return &aggregate.Executor[P]{Store: b.Store, Registry: b.Registry, Clock: b.Clock, Retry: b.Retry,
+		Initial: func() P { return P(new(R)) },
+		Apply: func(rec P, env *events.Envelope, payload any) P {
+			rec.Apply(env, payload)
+			return rec
+		}}
+}
+
 // load folds every event of ref into a fresh record.
 func load[R any, P interface {
 	*R
 	folder
 }](ctx context.Context, b *base, ref events.AggregateRef) (P, error) {
-	rec := P(new(R))
-	envs, err := b.Store.Load(ctx, ref)
+	rec, _, err := executor[R, P](b).Load(ctx, ref)
 	if err != nil {
-		return nil, storeErr("loading "+ref.String(), err)
-	}
-	for i := range envs {
-		payload, err := b.Registry.Decode(&envs[i])
-		if err != nil {
-			return nil, errs.Internal("%s: event %d: %v", ref, envs[i].Sequence, err)
-		}
-		rec.Apply(&envs[i], payload)
+		return nil, err
 	}
 	return rec, nil
 }
@@ -50,96 +56,29 @@ func loadAt[R any, P interface {
 	*R
 	folder
 }](ctx context.Context, b *base, ref events.AggregateRef, pos events.Position) (P, error) {
-	rec := P(new(R))
-	f := events.Filter{Org: ref.Org, AggregateType: ref.Type, AggregateID: ref.ID}
-	err := b.Store.Replay(ctx, f, events.Position{}, pos, func(env *events.Envelope) error {
-		payload, err := b.Registry.Decode(env)
-		if err != nil {
-			return errs.Internal("%s: event %d: %v", ref, env.Sequence, err)
-		}
-		rec.Apply(env, payload)
-		return nil
-	})
+	rec, _, err := executor[R, P](b).LoadAt(ctx, ref, pos)
 	if err != nil {
-		return nil, storeErr("replaying "+ref.String(), err)
+		return nil, err
 	}
 	return rec, nil
 }
 
 // execute runs one command on one aggregate: load, decide, append with the
-// loaded version. On a lost race it reloads and re-decides (at most
-// MaxAttempts times), unless the caller pinned expected (its If-Match):
-// then any mismatch is a precondition failure, without retry. It returns
-// the record with the new events applied and the payloads appended (none
-// if the domain decided that nothing changes).
+// loaded version, and on a lost race decide again, unless the caller
+// pinned expected (its If-Match). It returns the record with the new
+// events applied and the payloads appended (none if the domain decided
+// that nothing changes). decide may read other aggregates or ask another
+// service with ctx: it is called again after every lost race.
 func execute[R any, P interface {
 	*R
 	folder
 }](ctx context.Context, b *base, ref events.AggregateRef, expected uint64, decide func(context.Context, P) ([]any, error)) (P, []any, error) {
-	for attempt := 1; ; attempt++ {
-		rec, err := load[R, P](ctx, b, ref)
-		if err != nil {
-			return nil, nil, err
-		}
-		version := rec.CurrentVersion()
-		// A missing aggregate is the domain's to report (not found), not
-		// a precondition failure.
-		if expected != 0 && version != 0 && version != expected {
-			return nil, nil, stale(ref, expected, version)
-		}
-		payloads, err := decide(ctx, rec)
-		if err != nil || len(payloads) == 0 {
-			return rec, nil, err
-		}
-		drafts := make([]events.Draft, len(payloads))
-		for i, p := range payloads {
-			pl, ok := p.(events.Payload)
-			if !ok {
-				return nil, nil, errs.Internal("%T is not an event payload", p)
-			}
-			drafts[i] = events.Draft{Payload: pl}
-		}
-		envs, err := b.Store.Append(ctx, ref, version, drafts...)
-		var conflict *events.ConflictError
-		if errors.As(err, &conflict) && len(envs) == 0 {
-			if expected != 0 {
-				return nil, nil, stale(ref, expected, conflict.Actual)
-			}
-			if attempt >= MaxAttempts {
-				return nil, nil, errs.Conflict("%s %q changed concurrently %d times while this command was decided; try again", ref.Type, ref.ID, attempt)
-			}
-			if err := backoff(ctx, attempt); err != nil {
-				return nil, nil, err
-			}
-			continue
-		}
-		if err != nil {
-			// A partial append leaves a prefix that is itself a
-			// consistent state (the domain emits events that way).
-			return nil, nil, storeErr("appending to "+ref.String(), err)
-		}
-		for i := range envs {
-			rec.Apply(&envs[i], payloads[i])
-		}
-		return rec, payloads, nil
+	res, err := executor[R, P](b).Execute(ctx, aggregate.Command[P]{Ref: ref, Expected: expected,
+		Decide: func(rec P, _ time.Time) ([]any, error) { return decide(ctx, rec) }})
+	if err != nil {
+		return nil, nil, err
 	}
-}
-
-func stale(ref events.AggregateRef, expected, actual uint64) error {
-	return errs.Precondition("%s %q is at version %d, not the expected %d; reload and try again", ref.Type, ref.ID, actual, expected)
-}
-
-// backoff waits a random time up to an exponentially growing bound (5ms,
-// 10ms, … 320ms: "full jitter"), so that racing writers spread out and
-// each round lets another one through.
-func backoff(ctx context.Context, attempt int) error {
-	d := time.Millisecond + rand.N(5*time.Millisecond<<min(attempt-1, 6))
-	select {
-	case <-time.After(d):
-		return nil
-	case <-ctx.Done():
-		return errs.Unavailable("gave up: %v", ctx.Err())
-	}
+	return res.State, res.Events, nil
 }
 
 // storeErr reports a failure of the event store, keeping typed errors.

@@ -12,7 +12,6 @@ import (
 	"github.com/anvil-fleet/anvil/libs/events/command"
 	"github.com/anvil-fleet/anvil/libs/events/errs"
 	regapi "github.com/anvil-fleet/anvil/services/registry/api"
-	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
 	"github.com/anvil-fleet/anvil/services/revisions/api"
 	"github.com/anvil-fleet/anvil/services/revisions/app"
 	"github.com/anvil-fleet/anvil/services/revisions/domain/pool"
@@ -296,7 +295,7 @@ func TestDeletePoolWithMachines(t *testing.T) {
 	// registry's list, which the service reads, shows the write
 	preregister := func(i int, pool string) uint64 {
 		t.Helper()
-		r, err := h.reg.Machine(ctx, "acme", machineUUID(i), machine.PreRegister{UUID: machineUUID(i), Pool: pool}, 0)
+		r, err := h.reg.Machine(ctx, "acme", machineUUID(i), regapi.PreRegister{UUID: machineUUID(i), Pool: pool}, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -327,7 +326,7 @@ func TestDeletePoolWithMachines(t *testing.T) {
 
 	// one unassigned (a pre-registered machine has nothing to drain), one
 	// deleted: then the pool goes
-	r, err := h.reg.Machine(ctx, "acme", machineUUID(1), machine.Unassign{}, 0)
+	r, err := h.reg.Machine(ctx, "acme", machineUUID(1), regapi.Unassign{}, 0)
 	if err != nil || r.Machine.Pool != "" {
 		t.Fatalf("unassign: %+v %v", r, err)
 	}
@@ -340,7 +339,7 @@ func TestDeletePoolWithMachines(t *testing.T) {
 	if d := deleted(); len(d) != 0 {
 		t.Fatalf("a refused deletion appended %d pool.deleted", len(d))
 	}
-	r, err = h.reg.Machine(ctx, "acme", machineUUID(3), machine.Delete{}, 0)
+	r, err = h.reg.Machine(ctx, "acme", machineUUID(3), regapi.Delete{}, 0)
 	if err != nil || !r.Deleted {
 		t.Fatalf("delete machine: %+v %v", r, err)
 	}

@@ -13,7 +13,6 @@ import (
 	"github.com/anvil-fleet/anvil/libs/events/errs"
 	bootapi "github.com/anvil-fleet/anvil/services/boot/api"
 	regapi "github.com/anvil-fleet/anvil/services/registry/api"
-	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
 	revapi "github.com/anvil-fleet/anvil/services/revisions/api"
 )
 
@@ -54,7 +53,7 @@ func (r Registry) MachineAt(ctx context.Context, org, uuid string, seq uint64) (
 
 // Command runs one machine command.
 func (r Registry) Command(ctx context.Context, org, uuid string, cmd any) (regapi.Machine, error) {
-	c, ok := cmd.(machine.Command)
+	c, ok := cmd.(regapi.MachineCommand)
 	if !ok {
 		return regapi.Machine{}, errs.Internal("%T is not a machine command", cmd)
 	}

@@ -1,7 +1,8 @@
 // Package api is the rollout service's contract on NATS: subjects,
 // requests, replies and typed clients for rollouts and operations. The
-// gateway and the CLI import it; it depends only on libs/events and the
-// rollout service's domain types.
+// gateway and the CLI import it. Its types are plain: it depends only on
+// libs/events' command client, libs/fields/values and nats.go, never on
+// the service's domain, which ports translates into these types.
 package api
 
 import (
@@ -11,8 +12,6 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/anvil-fleet/anvil/libs/events/command"
-	"github.com/anvil-fleet/anvil/services/rollout/domain/operation"
-	"github.com/anvil-fleet/anvil/services/rollout/domain/rollout"
 )
 
 // QueueGroup is the NATS queue group the rollout service's replicas share.
@@ -43,7 +42,7 @@ var Subjects = []string{
 // the rollout's; maintenance and graceful deletion are operations of their
 // own (aggregate type "operation").
 const (
-	KindRollout          = operation.Kind
+	KindRollout          = "rollout"
 	KindMaintenanceEnter = "maintenance_enter"
 	KindMaintenanceExit  = "maintenance_exit"
 	KindDeletion         = "deletion"
@@ -114,12 +113,12 @@ type ControlRequest struct {
 // progress, machines, checks, log) with its version.
 type Rollout struct {
 	Org string `json:"org"`
-	operation.View
-	Cluster     string           `json:"cluster,omitempty"`
-	Strategy    rollout.Strategy `json:"strategy"`
-	RequestedBy string           `json:"requested_by,omitempty"`
-	UpdatedAt   time.Time        `json:"updated_at"`
-	Version     uint64           `json:"version"`
+	View
+	Cluster     string    `json:"cluster,omitempty"`
+	Strategy    Strategy  `json:"strategy"`
+	RequestedBy string    `json:"requested_by,omitempty"`
+	UpdatedAt   time.Time `json:"updated_at"`
+	Version     uint64    `json:"version"`
 }
 
 // RolloutList is one page of rollouts, without their machines and logs.
@@ -131,31 +130,31 @@ type RolloutList struct {
 // Operation is any operation: a rollout, or a maintenance, unassignment or
 // deletion of one machine. Rollout is set for a rollout.
 type Operation struct {
-	Org      string             `json:"org"`
-	ID       string             `json:"id"`
-	Kind     string             `json:"kind"`
-	Pool     string             `json:"pool,omitempty"`
-	Machine  string             `json:"machine,omitempty"` // UUID, for one-machine operations
-	Node     string             `json:"node,omitempty"`
-	Status   string             `json:"status"`
-	Reason   string             `json:"reason,omitempty"`
-	Progress operation.Progress `json:"progress"`
+	Org      string   `json:"org"`
+	ID       string   `json:"id"`
+	Kind     string   `json:"kind"`
+	Pool     string   `json:"pool,omitempty"`
+	Machine  string   `json:"machine,omitempty"` // UUID, for one-machine operations
+	Node     string   `json:"node,omitempty"`
+	Status   string   `json:"status"`
+	Reason   string   `json:"reason,omitempty"`
+	Progress Progress `json:"progress"`
 	// Steps is the one-machine operation's current step and its status.
 	Step       string    `json:"step,omitempty"`
 	StepStatus string    `json:"step_status,omitempty"`
 	StartedAt  time.Time `json:"started_at"`
 	FinishedAt time.Time `json:"finished_at,omitzero"`
 	UpdatedAt  time.Time `json:"updated_at"`
-	// Conditions say what it waits for, if anything (see
-	// operation.Condition); LastProgressAt is when it last moved, and
-	// EstimatedDoneAt when it should be done, once that can be told.
-	Conditions      []operation.Condition `json:"conditions,omitempty"`
-	LastProgressAt  time.Time             `json:"last_progress_at,omitzero"`
-	EstimatedDoneAt time.Time             `json:"estimated_done_at,omitzero"`
-	Version         uint64                `json:"version"`
-	LogLength       int                   `json:"log_length"`
-	Rollout         *Rollout              `json:"rollout,omitempty"`
-	Log             []operation.Entry     `json:"log,omitempty"`
+	// Conditions say what it waits for, if anything (see Condition);
+	// LastProgressAt is when it last moved, and EstimatedDoneAt when it
+	// should be done, once that can be told.
+	Conditions      []Condition `json:"conditions,omitempty"`
+	LastProgressAt  time.Time   `json:"last_progress_at,omitzero"`
+	EstimatedDoneAt time.Time   `json:"estimated_done_at,omitzero"`
+	Version         uint64      `json:"version"`
+	LogLength       int         `json:"log_length"`
+	Rollout         *Rollout    `json:"rollout,omitempty"`
+	Log             []Entry     `json:"log,omitempty"`
 }
 
 // OperationList is one page of operations, without their logs.
@@ -181,10 +180,10 @@ const MaxLogWait = 20 * time.Second
 // LogPage is a slice of an operation's log. Next is the After of the next
 // request; Final says the operation is over and no entry will follow.
 type LogPage struct {
-	Entries []operation.Entry `json:"entries"`
-	Next    int               `json:"next"`
-	Status  string            `json:"status"`
-	Final   bool              `json:"final"`
+	Entries []Entry `json:"entries"`
+	Next    int     `json:"next"`
+	Status  string  `json:"status"`
+	Final   bool    `json:"final"`
 }
 
 // Client calls the rollout service.

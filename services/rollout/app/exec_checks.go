@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
+	regapi "github.com/anvil-fleet/anvil/services/registry/api"
 	"github.com/anvil-fleet/anvil/services/rollout/domain/checks"
 	"github.com/anvil-fleet/anvil/services/rollout/domain/rollout"
 )
@@ -69,8 +69,8 @@ func (a *App) gatherFacts(ctx context.Context, org string, s *rollout.State) (ch
 			}
 			return f, err
 		}
-		fm := checks.Machine{UUID: m.UUID, Status: string(rm.Status), Online: rm.Connectivity == machine.Online}
-		if m.NoNode && !fm.Online && WaitingInBootLoop(rm.State, now) {
+		fm := checks.Machine{UUID: m.UUID, Status: string(rm.Status), Online: rm.Connectivity == regapi.Online}
+		if m.NoNode && !fm.Online && WaitingInBootLoop(rm, now) {
 			// It waits in its iPXE boot loop, with no agent yet.
 			fm.Online = true
 		}
@@ -118,7 +118,7 @@ const ipxeGraceMin = 30 * time.Second
 // quarter of the interval, at least 30 s) has not passed. The boot
 // service's back-off cap is thus the only setting: however long the
 // firmware was told to sleep, it is not offline while it sleeps.
-func WaitingInBootLoop(m machine.State, now time.Time) bool {
+func WaitingInBootLoop(m regapi.Machine, now time.Time) bool {
 	if m.LastIPXEBootAt.IsZero() || m.IPXERetryBy.IsZero() {
 		return false
 	}

@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/anvil-fleet/anvil/libs/events/errs"
-	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
+	regapi "github.com/anvil-fleet/anvil/services/registry/api"
 	revapi "github.com/anvil-fleet/anvil/services/revisions/api"
 	"github.com/anvil-fleet/anvil/services/rollout/domain/rollout"
 )
@@ -17,7 +17,7 @@ const CordonedByAnnotation = "anvil.dev/cordoned-by"
 // setTarget points the machine at the rollout's revision in the registry,
 // so that the machine boots it (idempotent there).
 func (x *executor) setTarget(ctx context.Context, revision uint64) error {
-	_, err := x.a.Registry.Command(ctx, x.d.org, x.act.Machine, machine.SetTargetRevision{Revision: revision})
+	_, err := x.a.Registry.Command(ctx, x.d.org, x.act.Machine, regapi.SetTargetRevision{Revision: revision})
 	return err
 }
 

@@ -8,9 +8,8 @@ import (
 
 	"github.com/anvil-fleet/anvil/libs/events"
 	"github.com/anvil-fleet/anvil/libs/events/errs"
+	"github.com/anvil-fleet/anvil/libs/fields/values"
 	regapi "github.com/anvil-fleet/anvil/services/registry/api"
-	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
-	"github.com/anvil-fleet/anvil/services/revisions/domain/pool"
 	"github.com/anvil-fleet/anvil/services/rollout/domain/machineop"
 )
 
@@ -55,14 +54,14 @@ func (a *App) StartMachineOperation(ctx context.Context, env *events.Envelope, p
 		kind = machineop.KindUnassign
 	case "machine.deletion_started":
 		kind = machineop.KindDeletion
-		if e, ok := deref(payload).(machine.DeletionStarted); ok {
-			if e.Policy == machine.DeletionUnsafe {
+		if e, ok := deref(payload).(regapi.DeletionStarted); ok {
+			if e.Policy == regapi.DeletionUnsafe {
 				kind = machineop.KindDeletionFinish
 			}
 		}
 	case "machine.deleted":
-		e, ok := deref(payload).(machine.Deleted)
-		if !ok || e.Policy != machine.DeletionForced {
+		e, ok := deref(payload).(regapi.Deleted)
+		if !ok || e.Policy != regapi.DeletionForced {
 			return nil // a graceful or unsafe deletion removed the node on its way
 		}
 		// The registry removed it at once, whatever it was doing; its
@@ -101,14 +100,14 @@ func (a *App) StartMachineOperation(ctx context.Context, env *events.Envelope, p
 		}
 		return err
 	}
-	if e, ok := deref(payload).(machine.ForceUnassigned); ok && e.Pool != "" {
+	if e, ok := deref(payload).(regapi.ForceUnassigned); ok && e.Pool != "" {
 		m.Pool = e.Pool
 	}
 	if kind.BestEffort() && (m.Pool == "" || !mayHaveNode(m.Status)) {
 		return nil // in no pool, so in no cluster; or it never joined
 	}
 	started := machineop.Started{ID: id, Kind: kind, Machine: env.AggregateID, Node: nodeName(m), Pool: m.Pool,
-		DrainTimeout: pool.DefaultDrainTimeout.Std(), Cause: env.Type + " " + env.ID, At: a.now()}
+		DrainTimeout: values.DefaultDrainTimeout.Std(), Cause: env.Type + " " + env.ID, At: a.now()}
 	if m.Pool != "" {
 		p, err := a.Revisions.Pool(ctx, env.Org, m.Pool)
 		switch {
@@ -301,19 +300,19 @@ func (a *App) runOperationStep(ctx context.Context, org string, st machineop.Sta
 		}
 		return fmt.Sprintf("node %s deleted from cluster %s (or it was not there)", st.Node, st.Cluster), nil
 	case machineop.StepPrepared:
-		_, err := a.Registry.Command(ctx, org, st.Machine, machine.CompleteDeletionPreparation{})
+		_, err := a.Registry.Command(ctx, org, st.Machine, regapi.CompleteDeletionPreparation{})
 		return "the drain is done; the deletion can no longer be aborted", err
 	case machineop.StepComplete:
 		var cmd any
 		switch st.Kind {
 		case machineop.KindMaintenanceEnter:
-			cmd = machine.CompleteMaintenanceEntry{}
+			cmd = regapi.CompleteMaintenanceEntry{}
 		case machineop.KindUnassign:
-			cmd = machine.CompleteUnassign{}
+			cmd = regapi.CompleteUnassign{}
 		case machineop.KindDeletion, machineop.KindDeletionFinish:
-			cmd = machine.CompleteDeletion{}
+			cmd = regapi.CompleteDeletion{}
 		case machineop.KindDeletionAbort:
-			cmd = machine.CompleteDeletionAbort{}
+			cmd = regapi.CompleteDeletionAbort{}
 		default:
 			return "", nil
 		}
@@ -336,9 +335,9 @@ func (a *App) reportOperationFailure(ctx context.Context, org string, st machine
 	var cmd any
 	switch st.Kind {
 	case machineop.KindMaintenanceEnter, machineop.KindUnassign:
-		cmd = machine.MarkFailed{Reason: reason, Step: string(st.Step())}
+		cmd = regapi.MarkFailed{Reason: reason, Step: string(st.Step())}
 	case machineop.KindDeletion, machineop.KindDeletionFinish, machineop.KindDeletionAbort:
-		cmd = machine.FailDeletion{Reason: reason}
+		cmd = regapi.FailDeletion{Reason: reason}
 	default:
 		return nil
 	}
@@ -351,9 +350,9 @@ func (a *App) reportOperationFailure(ctx context.Context, org string, st machine
 
 // mayHaveNode reports whether a machine in status st may have joined its
 // cluster (pre-registered, unassigned and pending machines never did).
-func mayHaveNode(st machine.Status) bool {
+func mayHaveNode(st regapi.Status) bool {
 	switch st {
-	case machine.StatusPreregistered, machine.StatusReadyUnassigned, machine.StatusPending:
+	case regapi.StatusPreregistered, regapi.StatusReadyUnassigned, regapi.StatusPending:
 		return false
 	}
 	return true

@@ -6,7 +6,7 @@ import (
 
 	"github.com/anvil-fleet/anvil/libs/events"
 	"github.com/anvil-fleet/anvil/libs/events/errs"
-	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
+	regapi "github.com/anvil-fleet/anvil/services/registry/api"
 	"github.com/anvil-fleet/anvil/services/rollout/domain/rollout"
 )
 
@@ -38,7 +38,7 @@ func (a *App) StartProvisioning(ctx context.Context, env *events.Envelope, _ any
 		}
 		return err
 	}
-	if m.Status != machine.StatusPending || m.Pool == "" {
+	if m.Status != regapi.StatusPending || m.Pool == "" {
 		return nil // not waiting for a first revision (no pool, or pre-registered and not booted yet)
 	}
 	log := a.Log.With("org", org, "machine", uuid, "pool", m.Pool, "cause", env.Type)

@@ -5,7 +5,7 @@ import (
 
 	"github.com/anvil-fleet/anvil/libs/events"
 	"github.com/anvil-fleet/anvil/libs/events/errs"
-	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
+	regapi "github.com/anvil-fleet/anvil/services/registry/api"
 	"github.com/anvil-fleet/anvil/services/rollout/domain/rollout"
 )
 
@@ -27,9 +27,9 @@ func (a *App) ApplyRegistryEffect(ctx context.Context, env *events.Envelope, pay
 		if !ok {
 			return errs.Unavailable("rollout %s is not in the read model yet", env.AggregateID)
 		}
-		uuid, cmds = e.Machine, []any{machine.MarkReady{Revision: rev}}
+		uuid, cmds = e.Machine, []any{regapi.MarkReady{Revision: rev}}
 	case rollout.StepFailed:
-		uuid, cmds = e.Machine, []any{machine.MarkFailed{Reason: "rollout " + env.AggregateID + ": " + string(e.Step) + ": " + e.Reason, Step: string(e.Step)}}
+		uuid, cmds = e.Machine, []any{regapi.MarkFailed{Reason: "rollout " + env.AggregateID + ": " + string(e.Step) + ": " + e.Reason, Step: string(e.Step)}}
 	case rollout.MachineReleased:
 		snap, ok := a.Rollouts.Get(env.Org, env.AggregateID)
 		if !ok {
@@ -39,7 +39,7 @@ func (a *App) ApplyRegistryEffect(ctx context.Context, env *events.Envelope, pay
 		if !ok || m.CurrentRevision == 0 {
 			return nil // it never ran a revision of the pool: nothing to go back to
 		}
-		uuid, cmds = e.Machine, []any{machine.SetTargetRevision{Revision: m.CurrentRevision}, machine.MarkReady{Revision: m.CurrentRevision}}
+		uuid, cmds = e.Machine, []any{regapi.SetTargetRevision{Revision: m.CurrentRevision}, regapi.MarkReady{Revision: m.CurrentRevision}}
 	default:
 		return nil
 	}
@@ -78,11 +78,11 @@ func deref(p any) any {
 		return *e
 	case *rollout.MachineReleased:
 		return *e
-	case *machine.DeletionStarted:
+	case *regapi.DeletionStarted:
 		return *e
-	case *machine.ForceUnassigned:
+	case *regapi.ForceUnassigned:
 		return *e
-	case *machine.Deleted:
+	case *regapi.Deleted:
 		return *e
 	}
 	return p

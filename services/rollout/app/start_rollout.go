@@ -5,16 +5,15 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/anvil-fleet/anvil/libs/events"
 	"github.com/anvil-fleet/anvil/libs/events/errs"
+	"github.com/anvil-fleet/anvil/libs/fields/values"
 	regapi "github.com/anvil-fleet/anvil/services/registry/api"
-	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
 	revapi "github.com/anvil-fleet/anvil/services/revisions/api"
-	"github.com/anvil-fleet/anvil/services/revisions/domain/pool"
 	"github.com/anvil-fleet/anvil/services/rollout/domain/rollout"
 )
 
@@ -30,7 +29,7 @@ type StartRollout struct {
 	Rollback    bool
 	After       string
 	Machine     string // one machine's UUID, or all of the pool's
-	Strategy    pool.Rollout
+	Strategy    rollout.PoolSettings
 	RequestedBy string
 	// Provisioning: the machine's own first rollout (see StartProvisioning).
 	Provisioning bool
@@ -74,7 +73,7 @@ func (a *App) Start(ctx context.Context, c StartRollout) (uint64, error) {
 	cmd := rollout.Start{
 		ID: c.ID, Pool: c.Pool, Cluster: c.Cluster, Revision: c.Revision, Hash: c.Hash, Rollback: c.Rollback,
 		After: c.After, PoolSize: len(ms), RequestedBy: c.RequestedBy, Provisioning: c.Provisioning,
-		Strategy: rollout.Strategy{Rollout: c.Strategy, RemediationMaxInFlight: c.Strategy.ResolveRemediation(a.Settings.RemediationMaxInFlight)},
+		Strategy: rollout.Strategy{PoolSettings: c.Strategy, RemediationMaxInFlight: c.Strategy.ResolveRemediation(a.Settings.RemediationMaxInFlight)},
 	}
 	provisioning := a.provisioningRollouts(c.Org, c.Pool)
 	found := false
@@ -141,15 +140,15 @@ func (a *App) provisioningRollouts(org, poolName string) map[string]string {
 // excluded says why a machine of the pool is left out of a rollout, or "".
 func excluded(m regapi.Machine) string {
 	switch m.Status {
-	case machine.StatusEnteringMaintenance, machine.StatusMaintenance:
+	case regapi.StatusEnteringMaintenance, regapi.StatusMaintenance:
 		return "in maintenance"
-	case machine.StatusUnassigning:
+	case regapi.StatusUnassigning:
 		return "leaving the pool"
-	case machine.StatusDeleting:
+	case regapi.StatusDeleting:
 		return "being deleted"
-	case machine.StatusPreregistered:
+	case regapi.StatusPreregistered:
 		return "never booted (pre-registered); it joins when it first boots"
-	case machine.StatusReadyUnassigned:
+	case regapi.StatusReadyUnassigned:
 		return "not in the pool"
 	}
 	return ""
@@ -159,10 +158,10 @@ func excluded(m regapi.Machine) string {
 // node to cordon or drain.
 func noNode(m regapi.Machine) bool {
 	switch m.Status {
-	case machine.StatusPending, machine.StatusProvisioning:
+	case regapi.StatusPending, regapi.StatusProvisioning:
 		return true
-	case machine.StatusFailed:
-		return m.Failure != nil && (m.Failure.During == machine.StatusPending || m.Failure.During == machine.StatusProvisioning)
+	case regapi.StatusFailed:
+		return m.Failure != nil && (m.Failure.During == regapi.StatusPending || m.Failure.During == regapi.StatusProvisioning)
 	}
 	return false
 }
@@ -173,7 +172,7 @@ func noNode(m regapi.Machine) bool {
 // under that id, failed with the reason (rollout.start_refused). Only what
 // retrying may fix (a service that did not answer, this one stopping) is
 // returned, for the handler to retry.
-func (a *App) StartFromApply(ctx context.Context, env *events.Envelope, e pool.ApplyRequested) error {
+func (a *App) StartFromApply(ctx context.Context, env *events.Envelope, e revapi.ApplyRequested) error {
 	id := e.RolloutID
 	if id == "" {
 		id = RolloutIDFor(env.ID)
@@ -184,14 +183,16 @@ func (a *App) StartFromApply(ctx context.Context, env *events.Envelope, e pool.A
 		a.Log.ErrorContext(ctx, "apply names a rollout id that cannot exist", "org", env.Org, "rollout", id, "pool", e.Pool, "err", err)
 		return errs.Invalid("rollout_id", "%q cannot name a rollout: %v", id, err)
 	}
+	strategy, err := poolStrategy(e.Rollout)
 	c := StartRollout{
 		ID: id, Org: env.Org, Pool: e.Pool, Cluster: e.Cluster, Revision: uint64(max(e.Revision, 0)),
-		Hash: e.Hash, Rollback: e.Rollback, Strategy: e.Rollout, RequestedBy: e.RequestedBy,
+		Hash: e.Hash, Rollback: e.Rollback, Strategy: strategy, RequestedBy: e.RequestedBy,
 	}
-	var err error
-	if e.Revision <= 0 {
+	switch {
+	case err != nil: // settings this service cannot read: refused below, as retrying reads them the same
+	case e.Revision <= 0:
 		err = errs.Invalid("revision", "must be 1 or more, got %d", e.Revision)
-	} else {
+	default:
 		_, err = a.Start(ctx, c)
 	}
 	if err == nil || retryable(ctx, err) {
@@ -302,15 +303,36 @@ func (a *App) waitVersion(ctx context.Context, v uint64) error {
 }
 
 // poolStrategy reads the pool's rollout settings as the revisions API
-// shows them (the same JSON as the domain's).
-func poolStrategy(r revapi.Rollout) (pool.Rollout, error) {
-	var out pool.Rollout
-	b, err := json.Marshal(r)
-	if err == nil {
-		err = json.Unmarshal(b, &out)
+// shows them (a pool's, or an apply request's) into the rollout's own.
+// The revisions service checked them; a duration that does not read is a
+// bug on one side, not the request's fault.
+func poolStrategy(r revapi.Rollout) (rollout.PoolSettings, error) {
+	var bad []string
+	dur := func(field, s string) values.Duration {
+		var d values.Duration
+		if err := d.UnmarshalText([]byte(s)); err != nil {
+			bad = append(bad, field+": "+err.Error())
+		}
+		return d
 	}
-	if err != nil {
-		return out, errs.Internal("reading the pool's rollout settings: %v", err)
+	out := rollout.PoolSettings{
+		MaxUnavailable:   values.IntOrPercent(r.MaxUnavailable),
+		Pause:            dur("pause", r.Pause),
+		DrainTimeout:     dur("drain_timeout", r.DrainTimeout),
+		NodeReadyTimeout: dur("node_ready_timeout", r.NodeReadyTimeout),
+	}
+	if r.DrainGracePeriod != nil {
+		g := dur("drain_grace_period", *r.DrainGracePeriod)
+		out.DrainGracePeriod = &g
+	}
+	for _, w := range r.MaintenanceWindows {
+		out.MaintenanceWindows = append(out.MaintenanceWindows, values.Window{Days: w.Days, Start: w.Start, End: w.End, TimeZone: w.TimeZone})
+	}
+	if r.Remediation != nil {
+		out.Remediation = &values.Remediation{MaxInFlight: r.Remediation.MaxInFlight}
+	}
+	if len(bad) > 0 {
+		return out, errs.Internal("reading the pool's rollout settings: %s", strings.Join(bad, "; "))
 	}
 	return out, nil
 }
@@ -323,4 +345,4 @@ func randomBytes(n int) []byte {
 
 // nodeName is the machine's node name as the registry derives it (its
 // hostname, or its UUID).
-func nodeName(m regapi.Machine) string { return machine.NodeNameOf(m.Hostname, m.UUID) }
+func nodeName(m regapi.Machine) string { return regapi.NodeNameOf(m.Hostname, m.UUID) }

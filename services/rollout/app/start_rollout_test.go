@@ -12,7 +12,7 @@ import (
 	"github.com/anvil-fleet/anvil/libs/events"
 	"github.com/anvil-fleet/anvil/libs/events/errs"
 	regapi "github.com/anvil-fleet/anvil/services/registry/api"
-	"github.com/anvil-fleet/anvil/services/revisions/domain/pool"
+	revapi "github.com/anvil-fleet/anvil/services/revisions/api"
 	"github.com/anvil-fleet/anvil/services/rollout/domain/rollout"
 )
 
@@ -36,10 +36,12 @@ func (noRollouts) Active() []Snapshot                  { return nil }
 // once; what retrying may fix is returned to the handler and records
 // nothing.
 func TestStartFromApplyRefusesOrRetries(t *testing.T) {
-	good := pool.ApplyRequested{Pool: "web", Cluster: "c1", Revision: 2, RequestedBy: "token:t1", RolloutID: "ro-1",
-		Rollout: pool.Rollout{MaxUnavailable: "1"}}
+	good := revapi.ApplyRequested{Pool: "web", Cluster: "c1", Revision: 2, RequestedBy: "token:t1", RolloutID: "ro-1",
+		Rollout: revapi.Rollout{MaxUnavailable: "1"}}
 	badStrategy := good
-	badStrategy.Rollout.DrainTimeout = pool.Duration(time.Millisecond)
+	badStrategy.Rollout.DrainTimeout = "1ms"
+	unreadable := good
+	unreadable.Rollout.Pause = "soon"
 	noRevision := good
 	noRevision.Revision = 0
 	badID := badStrategy
@@ -50,7 +52,7 @@ func TestStartFromApplyRefusesOrRetries(t *testing.T) {
 		name     string
 		ctx      context.Context
 		registry error
-		apply    pool.ApplyRequested
+		apply    revapi.ApplyRequested
 		wantErr  errs.Kind // "" for none
 		want     string    // the rollout's one event, and a part of its reason
 	}{
@@ -61,6 +63,7 @@ func TestStartFromApplyRefusesOrRetries(t *testing.T) {
 		{"registry refuses", nil, errs.Invalid("pool", "must be a DNS label"), good, "", "rollout.start_refused: pool: must be a DNS label"},
 		{"registry fails", nil, errors.New("decoding the reply"), good, "", "rollout.start_refused: decoding the reply"},
 		{"the strategy breaks the rules", nil, nil, badStrategy, "", "rollout.start_refused: strategy.drain_timeout"},
+		{"settings that do not read", nil, nil, unreadable, "", "rollout.start_refused: reading the pool's rollout settings: pause"},
 		{"no revision", nil, nil, noRevision, "", "rollout.start_refused: revision: must be 1 or more"},
 		{"an id that names no rollout", nil, nil, badID, errs.KindValidation, ""},
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/anvil-fleet/anvil/libs/events/command"
 	"github.com/anvil-fleet/anvil/libs/events/errs"
 	"github.com/anvil-fleet/anvil/libs/events/handler"
-	"github.com/anvil-fleet/anvil/services/revisions/domain/pool"
+	revapi "github.com/anvil-fleet/anvil/services/revisions/api"
 	"github.com/anvil-fleet/anvil/services/rollout/api"
 	"github.com/anvil-fleet/anvil/services/rollout/app"
 	"github.com/anvil-fleet/anvil/services/rollout/domain/rollout"
@@ -119,14 +119,6 @@ func get(ctx context.Context, a *app.App, org, id, at string, minVersion uint64)
 	return toAPI(v), nil
 }
 
-func toAPI(v app.RolloutView) api.Rollout {
-	if v.View.Machines == nil {
-		v.View.Machines = nil
-	}
-	return api.Rollout{Org: v.Org, View: v.View, Cluster: v.Cluster, Strategy: v.Strategy, RequestedBy: v.RequestedBy,
-		UpdatedAt: v.UpdatedAt, Version: v.Version}
-}
-
 // Handler names: the durable consumers of the rollout service's event
 // handlers (handler-<name>).
 const (
@@ -139,13 +131,13 @@ const (
 // RegisterEventHandlers starts a rollout for every pool.apply_requested
 // and keeps the registry's machines in step with rollouts.
 func RegisterEventHandlers(r *handler.Router, a *app.App) {
-	r.Handle(StartHandler, events.Filter{AggregateType: "pool", EventTypes: []string{"pool.apply_requested"}},
+	r.Handle(StartHandler, events.Filter{AggregateType: "pool", EventTypes: []string{revapi.EventApplyRequested}},
 		func(ctx context.Context, env *events.Envelope, payload any) error {
-			var e pool.ApplyRequested
+			var e revapi.ApplyRequested
 			switch p := payload.(type) {
-			case pool.ApplyRequested:
+			case revapi.ApplyRequested:
 				e = p
-			case *pool.ApplyRequested:
+			case *revapi.ApplyRequested:
 				e = *p
 			default:
 				return nil

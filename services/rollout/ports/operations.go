@@ -14,7 +14,6 @@ import (
 	"github.com/anvil-fleet/anvil/services/rollout/app"
 	"github.com/anvil-fleet/anvil/services/rollout/domain/machineop"
 	"github.com/anvil-fleet/anvil/services/rollout/domain/operation"
-	"github.com/anvil-fleet/anvil/services/rollout/domain/rollout"
 )
 
 func registerOperations(srv *command.Server, a *app.App) error {
@@ -76,10 +75,7 @@ func registerOperations(srv *command.Server, a *app.App) error {
 			if err != nil {
 				return api.LogPage{}, err
 			}
-			if s.Entries == nil {
-				s.Entries = nil
-			}
-			return api.LogPage{Entries: s.Entries, Next: s.Next, Status: s.Status, Final: s.Final}, nil
+			return api.LogPage{Entries: mapSlice(s.Entries, entryToAPI), Next: s.Next, Status: s.Status, Final: s.Final}, nil
 		}),
 	)
 }
@@ -91,8 +87,8 @@ func operationOf(v app.RolloutView, withRollout bool) api.Operation {
 	}
 	op := api.Operation{
 		Org: v.Org, ID: v.View.ID, Kind: api.KindRollout, Pool: v.View.Pool, Status: status, Reason: v.View.Reason,
-		Progress: v.View.Progress, StartedAt: v.View.StartedAt, FinishedAt: v.View.FinishedAt, UpdatedAt: v.UpdatedAt,
-		Version: v.Version, LogLength: v.LogLength, Conditions: v.View.Conditions,
+		Progress: progressToAPI(v.View.Progress), StartedAt: v.View.StartedAt, FinishedAt: v.View.FinishedAt, UpdatedAt: v.UpdatedAt,
+		Version: v.Version, LogLength: v.LogLength, Conditions: mapSlice(v.View.Conditions, conditionToAPI),
 		LastProgressAt: v.View.LastProgressAt, EstimatedDoneAt: v.View.EstimatedDoneAt,
 	}
 	if withRollout {
@@ -121,7 +117,7 @@ func machineOperationOf(snap app.OperationSnapshot, withLog bool) api.Operation 
 		Org: snap.Org, ID: st.ID, Kind: string(st.Kind), Pool: st.Pool, Machine: st.Machine, Node: st.Node,
 		Status: string(st.Status), Reason: st.Reason, Step: string(st.Step()), StartedAt: st.At, FinishedAt: st.FinishedAt,
 		UpdatedAt: st.UpdatedAt, Version: snap.Version, LogLength: len(st.Log),
-		Progress: operation.Progress{Total: 1},
+		Progress: api.Progress{Total: 1},
 	}
 	if st.Running {
 		op.StepStatus = "running"
@@ -142,7 +138,7 @@ func machineOperationOf(snap app.OperationSnapshot, withLog bool) api.Operation 
 	}
 	if withLog {
 		for _, e := range st.Log {
-			op.Log = append(op.Log, operation.Entry{At: e.At, Machine: st.Machine, Node: st.Node, Step: rollout.Step(e.Step), Outcome: e.Outcome, Message: e.Message})
+			op.Log = append(op.Log, api.Entry{At: e.At, Machine: st.Machine, Node: st.Node, Step: api.Step(e.Step), Outcome: e.Outcome, Message: e.Message})
 		}
 	}
 	return op
@@ -211,17 +207,17 @@ func machineOperationLog(ctx context.Context, a *app.App, r api.LogRequest) (api
 
 // machineOperationConditions says what a one-machine operation is doing
 // and, when a budget holds its drain, which pod and budget.
-func machineOperationConditions(st machineop.State) []operation.Condition {
-	var out []operation.Condition
+func machineOperationConditions(st machineop.State) []api.Condition {
+	var out []api.Condition
 	if b := st.Blocked; b != nil && st.Running && st.Step() == machineop.StepDrain {
-		out = append(out, operation.Condition{Type: operation.ConditionDrainBlocked, Status: "True", Reason: "PodDisruptionBudget",
+		out = append(out, api.Condition{Type: operation.ConditionDrainBlocked, Status: "True", Reason: "PodDisruptionBudget",
 			Message: fmt.Sprintf("pod %s cannot be evicted: PodDisruptionBudget %s refuses it (draining since %s)", b.Pod, b.Budget, st.StepAt.UTC().Format(time.RFC3339))})
 	}
 	msg := fmt.Sprintf("step %s (%d of %d)", st.Step(), st.Current+1, len(st.Steps))
 	if st.Running {
 		msg += ", deadline " + st.Deadline.UTC().Format(time.RFC3339)
 	}
-	return append(out, operation.Condition{Type: operation.ConditionProgressing, Status: "True", Reason: "StepRunning", Message: msg, Until: st.Deadline})
+	return append(out, api.Condition{Type: operation.ConditionProgressing, Status: "True", Reason: "StepRunning", Message: msg, Until: st.Deadline})
 }
 
 // listAllOperations lists rollouts and one-machine operations together,

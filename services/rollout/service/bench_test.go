@@ -19,7 +19,8 @@ import (
 	"github.com/anvil-fleet/anvil/libs/events"
 	"github.com/anvil-fleet/anvil/libs/events/eventstest"
 	"github.com/anvil-fleet/anvil/libs/kubeharness"
-	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
+	regapi "github.com/anvil-fleet/anvil/services/registry/api"
+	"github.com/anvil-fleet/anvil/services/rollout/api"
 	"github.com/anvil-fleet/anvil/services/rollout/domain/rollout"
 	"github.com/anvil-fleet/anvil/sim"
 )
@@ -76,7 +77,7 @@ func BenchmarkRollout1000(b *testing.B) {
 		start := time.Now()
 		rev := s.apply(org, pool, poolSpec(fmt.Sprint(i+2), strat))
 		stop := s.progress(org, pool, uint64(rev))
-		r := s.waitRollout(org, pool, uint64(rev), 8*time.Minute, rollout.StatusSucceeded)
+		r := s.waitRollout(org, pool, uint64(rev), 8*time.Minute, api.StatusSucceeded)
 		total := time.Since(start)
 		stop()
 		b.StopTimer()
@@ -127,7 +128,7 @@ func (s *stack) allJoined(org, pool string, n int, revision uint64) map[string]b
 			return false, fmt.Sprintf("%d machines in the registry", len(ms))
 		}
 		for host, m := range ms {
-			if m.Status != machine.StatusReady || m.CurrentRevision != revision || m.Connectivity != machine.Online {
+			if m.Status != regapi.StatusReady || m.CurrentRevision != revision || m.Connectivity != regapi.Online {
 				return false, fmt.Sprintf("%s: %s at revision %d, %s", host, m.Status, m.CurrentRevision, m.Connectivity)
 			}
 		}

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/anvil-fleet/anvil/libs/events/eventstest"
-	"github.com/anvil-fleet/anvil/services/rollout/domain/rollout"
+	"github.com/anvil-fleet/anvil/services/rollout/api"
 	"github.com/anvil-fleet/anvil/sim"
 )
 
@@ -41,7 +41,7 @@ func crashes(s *stack) {
 		}
 		s.startRollout()
 	}
-	r := s.waitRollout(org, pool, uint64(rev), 5*time.Minute, rollout.StatusSucceeded)
+	r := s.waitRollout(org, pool, uint64(rev), 5*time.Minute, api.StatusSucceeded)
 	s.t.Logf("killed the rollout service %d times; the rollout took %s", kills, r.FinishedAt.Sub(r.StartedAt))
 	if kills < 20 {
 		s.t.Fatalf("the rollout finished after only %d kills; make it longer", kills)
@@ -126,7 +126,7 @@ func twoReplicas(s *stack) {
 	} else {
 		stopOther()
 	}
-	r := s.waitRollout(org, pool, uint64(rev), 3*time.Minute, rollout.StatusSucceeded)
+	r := s.waitRollout(org, pool, uint64(rev), 3*time.Minute, api.StatusSucceeded)
 	if r.Progress.Done != 6 {
 		s.t.Fatalf("progress %+v", r.Progress)
 	}

@@ -9,7 +9,6 @@ import (
 
 	"github.com/anvil-fleet/anvil/libs/kubeharness"
 	regapi "github.com/anvil-fleet/anvil/services/registry/api"
-	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
 	"github.com/anvil-fleet/anvil/services/rollout/api"
 )
 
@@ -26,7 +25,7 @@ func maintenanceAndDelete(s *stack) {
 	_, err := s.cp.CreatePods(s.ctx, kubeharness.Pods{Namespace: "ops-shop", Name: "web", Nodes: []string{pool + "-m01", pool + "-m02"}})
 	must(s.t, err)
 
-	command := func(uuid string, c machine.Command) {
+	command := func(uuid string, c regapi.MachineCommand) {
 		s.t.Helper()
 		r, err := s.reg.Machine(s.ctx, org, uuid, c, 0)
 		must(s.t, err)
@@ -42,7 +41,7 @@ func maintenanceAndDelete(s *stack) {
 
 	// Maintenance on: cordon and drain, then the registry says maintenance.
 	m1 := ms[0].UUID()
-	command(m1, machine.SetMaintenance{Enabled: true})
+	command(m1, regapi.SetMaintenance{Enabled: true})
 	s.eventually("m01 in maintenance", time.Minute, func() (bool, string) { st := status(m1); return st == "maintenance", st })
 	if c := s.cordoned(pool + "-"); len(c) != 1 || c[0] != pool+"-m01" {
 		s.t.Fatalf("cordoned %v", c)
@@ -68,7 +67,7 @@ func maintenanceAndDelete(s *stack) {
 	}
 
 	// Maintenance off: uncordoned, ready again.
-	command(m1, machine.SetMaintenance{Enabled: false})
+	command(m1, regapi.SetMaintenance{Enabled: false})
 	s.eventually("m01 uncordoned", time.Minute, func() (bool, string) {
 		c := s.cordoned(pool + "-")
 		return len(c) == 0, strings.Join(c, ",")
@@ -81,7 +80,7 @@ func maintenanceAndDelete(s *stack) {
 	// and the machine is gone.
 	m2 := ms[1].UUID()
 	fleet.Machine(m2).NeverJoin(true) // powered off for good: its node must not come back
-	command(m2, machine.Delete{Policy: machine.DeletionGraceful})
+	command(m2, regapi.Delete{Policy: regapi.DeletionGraceful})
 	s.eventually("m02 deleted", time.Minute, func() (bool, string) {
 		st := status(m2)
 		return strings.Contains(st, "does not exist") || strings.Contains(st, "not found"), st

@@ -13,7 +13,6 @@ import (
 	"github.com/anvil-fleet/anvil/libs/events"
 	"github.com/anvil-fleet/anvil/libs/events/svc"
 	revapi "github.com/anvil-fleet/anvil/services/revisions/api"
-	"github.com/anvil-fleet/anvil/services/revisions/domain/pool"
 	"github.com/anvil-fleet/anvil/services/rollout/api"
 	"github.com/anvil-fleet/anvil/services/rollout/domain/operation"
 	"github.com/anvil-fleet/anvil/services/rollout/domain/rollout"
@@ -116,11 +115,11 @@ func TestPlatformPatchRollout(t *testing.T) {
 		}
 		return false, fmt.Sprintf("%s %+v", waiting.Status, waiting.Conditions)
 	})
-	c := waiting.Conditions[slices.IndexFunc(waiting.Conditions, func(c operation.Condition) bool { return c.Type == operation.ConditionProgressing })]
+	c := waiting.Conditions[slices.IndexFunc(waiting.Conditions, func(c api.Condition) bool { return c.Type == operation.ConditionProgressing })]
 	if !c.Until.Equal(opens) || !strings.Contains(c.Message, "the next one opens at "+opens.Format(time.RFC3339)) {
 		t.Fatalf("the condition does not say when the window opens (%s): %+v", opens.Format(time.RFC3339), c)
 	}
-	if waiting.RequestedBy != pool.PlatformActor || waiting.Progress.Done != 0 || waiting.Progress.InProgress != 0 || len(s.cordoned(name+"-")) != 0 {
+	if waiting.RequestedBy != revapi.PlatformActor || waiting.Progress.Done != 0 || waiting.Progress.InProgress != 0 || len(s.cordoned(name+"-")) != 0 {
 		t.Fatalf("waiting rollout: requested by %q, progress %+v", waiting.RequestedBy, waiting.Progress)
 	}
 	if got := waiting.Strategy.RemediationMaxInFlight; got != 2 || s.rolloutCfg.RemediationMaxInFlight != 0 {
@@ -129,7 +128,7 @@ func TestPlatformPatchRollout(t *testing.T) {
 
 	// The window opens: the rollout proceeds by itself.
 	clock.jumpTo(opens.Add(time.Minute))
-	done := s.waitRollout(org, name, 2, 5*time.Minute, rollout.StatusSucceeded)
+	done := s.waitRollout(org, name, 2, 5*time.Minute, api.StatusSucceeded)
 	if done.ID != waiting.ID || done.Progress.Done != 3 || done.Progress.Total != 3 {
 		t.Fatalf("rollout %s: %+v", done.ID, done.Progress)
 	}
@@ -147,7 +146,7 @@ func TestPlatformPatchRollout(t *testing.T) {
 		t.Fatalf("revision 2: %+v %v", rev, err)
 	}
 	// No machine was touched before the window opened.
-	var entries []operation.Entry
+	var entries []api.Entry
 	for after := 0; ; {
 		page, err := s.api.Log(s.ctx, api.LogRequest{Org: org, ID: done.ID, After: after})
 		if err != nil {
@@ -160,7 +159,7 @@ func TestPlatformPatchRollout(t *testing.T) {
 	}
 	cordons := 0
 	for _, e := range entries {
-		if e.Step == rollout.StepCordon {
+		if e.Step == api.Step(rollout.StepCordon) {
 			cordons++
 			if e.At.Before(opens) {
 				t.Fatalf("%s before the window opened at %s", e, opens.Format(time.RFC3339))
@@ -178,11 +177,11 @@ func TestPlatformPatchRollout(t *testing.T) {
 	if err != nil || len(applies) != 2 {
 		t.Fatalf("%d applies: %v", len(applies), err)
 	}
-	var ar pool.ApplyRequested
+	var ar revapi.ApplyRequested
 	if err := json.Unmarshal(applies[1].Payload, &ar); err != nil {
 		t.Fatal(err)
 	}
-	if applies[1].Actor != pool.PlatformActor || applies[1].CausationID == "" || ar.RequestedBy != pool.PlatformActor || ar.RolloutID != done.ID {
+	if applies[1].Actor != revapi.PlatformActor || applies[1].CausationID == "" || ar.RequestedBy != revapi.PlatformActor || ar.RolloutID != done.ID {
 		t.Fatalf("the platform's apply: actor %q causation %q %s", applies[1].Actor, applies[1].CausationID, applies[1].Payload)
 	}
 }

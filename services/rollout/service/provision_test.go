@@ -10,9 +10,7 @@ import (
 
 	"github.com/anvil-fleet/anvil/libs/kubeharness"
 	regapi "github.com/anvil-fleet/anvil/services/registry/api"
-	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
 	"github.com/anvil-fleet/anvil/services/rollout/api"
-	"github.com/anvil-fleet/anvil/services/rollout/domain/rollout"
 	"github.com/anvil-fleet/anvil/sim"
 )
 
@@ -41,7 +39,7 @@ func selfProvisioning(s *stack) {
 		}
 		provisioned = r
 		m := s.registryMachines(org, pool)[pre.Hostname()]
-		return r.Status == rollout.StatusSucceeded && m.Status == machine.StatusReady && m.CurrentRevision == 1,
+		return r.Status == api.StatusSucceeded && m.Status == regapi.StatusReady && m.CurrentRevision == 1,
 			fmt.Sprintf("rollout %s %s; machine %s at %d", r.ID, r.Status, m.Status, m.CurrentRevision)
 	})
 	if !strings.HasPrefix(provisioned.RequestedBy, "machine:"+pre.UUID()+" (provisioning") || provisioned.Progress.Total != 1 {
@@ -58,9 +56,9 @@ func selfProvisioning(s *stack) {
 	fleet.Add(uuid, "52:54:00:0b:0b:0b")
 	s.eventually("the unnamed machine registers", 2*time.Minute, func() (bool, string) {
 		r, err := s.reg.GetMachine(s.ctx, regapi.MachineGet{Org: org, UUID: uuid})
-		return err == nil && r.Machine.Status == machine.StatusReadyUnassigned, fmt.Sprint(err)
+		return err == nil && r.Machine.Status == regapi.StatusReadyUnassigned, fmt.Sprint(err)
 	})
-	r, err := s.reg.Machine(s.ctx, org, uuid, machine.AssignToPool{Pool: pool}, 0)
+	r, err := s.reg.Machine(s.ctx, org, uuid, regapi.AssignToPool{Pool: pool}, 0)
 	must(s.t, err)
 	if r.Machine.NodeName != uuid {
 		s.t.Fatalf("an unnamed machine's node name is its UUID, got %q", r.Machine.NodeName)
@@ -71,7 +69,7 @@ func selfProvisioning(s *stack) {
 			return false, err.Error()
 		}
 		n, nerr := s.cp.Client.CoreV1().Nodes().Get(s.ctx, uuid, metav1.GetOptions{})
-		return got.Machine.Status == machine.StatusReady && nerr == nil && n.Name == uuid,
+		return got.Machine.Status == regapi.StatusReady && nerr == nil && n.Name == uuid,
 			fmt.Sprintf("%s, node: %v", got.Machine.Status, nerr)
 	})
 }
@@ -92,12 +90,12 @@ func nodeFollowsMachine(s *stack) {
 
 	cases := []struct {
 		m    int
-		cmd  machine.Command
+		cmd  regapi.MachineCommand
 		kind string
 	}{
-		{0, machine.Unassign{}, api.KindUnassign},
-		{1, machine.ForceUnassign{}, api.KindForceUnassignCleanup},
-		{2, machine.Delete{Policy: machine.DeletionForced}, api.KindForcedDeletionCleanup},
+		{0, regapi.Unassign{}, api.KindUnassign},
+		{1, regapi.ForceUnassign{}, api.KindForceUnassignCleanup},
+		{2, regapi.Delete{Policy: regapi.DeletionForced}, api.KindForcedDeletionCleanup},
 	}
 	for _, c := range cases {
 		m := ms[c.m]
@@ -137,7 +135,7 @@ func nodeFollowsMachine(s *stack) {
 // preregister pre-registers one machine of pool and adds it to fleet.
 func (s *stack) preregister(org, pool string, fleet *sim.Fleet, uuid, host string) *sim.Machine {
 	s.t.Helper()
-	r, err := s.reg.Machine(s.ctx, org, uuid, machine.PreRegister{UUID: uuid, Hostname: host, Pool: pool}, 0)
+	r, err := s.reg.Machine(s.ctx, org, uuid, regapi.PreRegister{UUID: uuid, Hostname: host, Pool: pool}, 0)
 	must(s.t, err)
 	must(s.t, s.regs.Machines.WaitFor(s.ctx, r.Version))
 	return fleet.Add(uuid, "52:54:00:0a:0a:02")

@@ -14,10 +14,9 @@ import (
 	"github.com/anvil-fleet/anvil/libs/events/poison"
 	"github.com/anvil-fleet/anvil/libs/events/svc"
 	regservice "github.com/anvil-fleet/anvil/services/registry/service"
-	"github.com/anvil-fleet/anvil/services/revisions/domain/pool"
+	revapi "github.com/anvil-fleet/anvil/services/revisions/api"
 	"github.com/anvil-fleet/anvil/services/rollout/api"
 	"github.com/anvil-fleet/anvil/services/rollout/domain/operation"
-	"github.com/anvil-fleet/anvil/services/rollout/domain/rollout"
 	"github.com/anvil-fleet/anvil/services/rollout/ports"
 	"github.com/anvil-fleet/anvil/services/rollout/service"
 )
@@ -62,9 +61,9 @@ func TestApplyThatCannotStart(t *testing.T) {
 
 	const org, poolName, id = "refuse", "web", "ro-0123456789abcdef0123"
 	poolRef := events.AggregateRef{Org: org, Type: "pool", ID: poolName}
-	apply := pool.ApplyRequested{Pool: poolName, Cluster: "c1", Revision: 2, Hash: "sha256:00", RequestedBy: testActor,
+	apply := revapi.ApplyRequested{Pool: poolName, Cluster: "c1", Revision: 2, Hash: "sha256:00", RequestedBy: testActor,
 		RequestedAt: time.Now().UTC(), RolloutID: id,
-		Rollout: pool.Rollout{MaxUnavailable: "1", DrainTimeout: pool.Duration(500 * time.Millisecond)}}
+		Rollout: revapi.Rollout{MaxUnavailable: "1", DrainTimeout: "500ms"}}
 	if _, err := env.Store.Append(ctx, poolRef, 0, events.Draft{Payload: apply}); err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +74,7 @@ func TestApplyThatCannotStart(t *testing.T) {
 		r, err = client.Get(ctx, api.GetRequest{Org: org, ID: id})
 		return err == nil, errString(err)
 	})
-	if r.Status != rollout.StatusFailed || !r.Refused || !strings.Contains(r.Reason, "cannot start") ||
+	if r.Status != api.StatusFailed || !r.Refused || !strings.Contains(r.Reason, "cannot start") ||
 		!strings.Contains(r.Reason, "strategy.drain_timeout") || r.Pool != poolName || r.Revision != 2 ||
 		r.Cluster != "c1" || r.RequestedBy != testActor || r.Progress.Total != 0 || len(r.Conditions) != 0 {
 		t.Fatalf("the refused rollout: %+v", r)
@@ -110,7 +109,7 @@ func TestApplyThatCannotStart(t *testing.T) {
 	// A second request under the same id (a redelivery, a retried call)
 	// finds it: the handler takes it, and the rollout stays as it is, even
 	// though this one could start.
-	apply.Rollout.DrainTimeout = 0
+	apply.Rollout.DrainTimeout = ""
 	envs, err := env.Store.Append(ctx, poolRef, 1, events.Draft{Payload: apply})
 	if err != nil {
 		t.Fatal(err)

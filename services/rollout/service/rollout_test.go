@@ -56,7 +56,7 @@ func tenMachines(s *stack) {
 
 	watch := s.watchNodes(pool + "-")
 	rev := s.apply(org, pool, poolSpec("2", steady("2")))
-	r := s.waitRollout(org, pool, uint64(rev), 5*time.Minute, rollout.StatusSucceeded)
+	r := s.waitRollout(org, pool, uint64(rev), 5*time.Minute, api.StatusSucceeded)
 	if r.Progress.Done != 10 || r.Progress.Total != 10 {
 		s.t.Fatalf("progress %+v", r.Progress)
 	}
@@ -102,7 +102,7 @@ func tenMachines(s *stack) {
 
 	// Rollback to revision 1.
 	s.applyRevision(org, pool, 1)
-	rb := s.waitRollout(org, pool, 1, 5*time.Minute, rollout.StatusSucceeded)
+	rb := s.waitRollout(org, pool, 1, 5*time.Minute, api.StatusSucceeded)
 	if !rb.Rollback || rb.Progress.Done != 10 {
 		s.t.Fatalf("rollback %+v %+v", rb.Rollback, rb.Progress)
 	}
@@ -172,12 +172,12 @@ func pdbBlocks(s *stack) {
 		}
 		return false, string(r.Status)
 	})
-	if r := s.get(org, id); r.Status != rollout.StatusRunning || r.Progress.Done != 0 {
+	if r := s.get(org, id); r.Status != api.StatusRunning || r.Progress.Done != 0 {
 		s.t.Fatalf("while blocked: %s %+v", r.Status, r.Progress)
 	}
 	// Relax the budget: the drain goes on and the rollout completes.
 	must(s.t, s.setMinAvailable(ns, "cart", 0))
-	r := s.waitRollout(org, pool, uint64(rev), 3*time.Minute, rollout.StatusSucceeded)
+	r := s.waitRollout(org, pool, uint64(rev), 3*time.Minute, api.StatusSucceeded)
 	if r.Progress.Done != 2 {
 		s.t.Fatalf("progress %+v", r.Progress)
 	}
@@ -188,7 +188,7 @@ func pdbBlocks(s *stack) {
 	strat := steady("1")
 	strat.DrainTimeout = "15s"
 	rev = s.apply(org, pool, poolSpec("3", strat))
-	r = s.waitRollout(org, pool, uint64(rev), 2*time.Minute, rollout.StatusFailed)
+	r = s.waitRollout(org, pool, uint64(rev), 2*time.Minute, api.StatusFailed)
 	if !strings.Contains(r.Reason, "drain timed out after 15s; pod pdb-shop/cart2-") || !strings.Contains(r.Reason, "was blocked by PodDisruptionBudget pdb-shop/cart") {
 		s.t.Fatalf("reason %q", r.Reason)
 	}
@@ -200,7 +200,7 @@ func pdbBlocks(s *stack) {
 	}
 	_, err = s.api.Abort(s.ctx, api.ControlRequest{Org: org, ID: r.ID, Reason: "give up"})
 	must(s.t, err)
-	r = s.waitRollout(org, pool, uint64(rev), time.Minute, rollout.StatusAborted)
+	r = s.waitRollout(org, pool, uint64(rev), time.Minute, api.StatusAborted)
 	if c := s.cordoned(pool + "-"); len(c) > 0 {
 		s.t.Fatalf("the abort left %v cordoned", c)
 	}
@@ -211,7 +211,7 @@ func pdbBlocks(s *stack) {
 	// A budget that allows nothing now fails the capacity check.
 	must(s.t, s.setMinAvailable(ns, "cart", 2))
 	rev = s.apply(org, pool, poolSpec("4", steady("1")))
-	r = s.waitRollout(org, pool, uint64(rev), time.Minute, rollout.StatusFailed)
+	r = s.waitRollout(org, pool, uint64(rev), time.Minute, api.StatusFailed)
 	if !strings.Contains(r.Reason, "PodDisruptionBudget pdb-shop/cart allows no disruption now") {
 		s.t.Fatalf("reason %q", r.Reason)
 	}
@@ -235,7 +235,7 @@ func neverReports(s *stack) {
 	strat.NodeReadyTimeout = "1m"
 	ms[0].Hang(true)
 	rev := s.apply(org, pool, poolSpec("2", strat))
-	r := s.waitRollout(org, pool, uint64(rev), 3*time.Minute, rollout.StatusFailed)
+	r := s.waitRollout(org, pool, uint64(rev), 3*time.Minute, api.StatusFailed)
 	if !strings.Contains(r.Reason, "wait_boot timed out after 1m0s") || r.Progress.NotStarted != 2 {
 		s.t.Fatalf("failed rollout: %q %+v", r.Reason, r.Progress)
 	}
@@ -249,7 +249,7 @@ func neverReports(s *stack) {
 	ms[0].Hang(false)
 	_, err := s.api.Retry(s.ctx, api.ControlRequest{Org: org, ID: r.ID})
 	must(s.t, err)
-	r = s.waitRollout(org, pool, uint64(rev), 3*time.Minute, rollout.StatusSucceeded)
+	r = s.waitRollout(org, pool, uint64(rev), 3*time.Minute, api.StatusSucceeded)
 	if r.Progress.Done != 3 {
 		s.t.Fatalf("progress %+v", r.Progress)
 	}
@@ -282,7 +282,7 @@ func abortMidway(s *stack) {
 	})
 	_, err := s.api.Abort(s.ctx, api.ControlRequest{Org: org, ID: id, Reason: "change of plans"})
 	must(s.t, err)
-	r := s.waitRollout(org, pool, uint64(rev), 3*time.Minute, rollout.StatusAborted)
+	r := s.waitRollout(org, pool, uint64(rev), 3*time.Minute, api.StatusAborted)
 	if r.Progress.Done < 2 || r.Progress.NotStarted == 0 || r.Progress.Done+r.Progress.Released+r.Progress.NotStarted+r.Progress.Failed != 6 {
 		s.t.Fatalf("progress %+v", r.Progress)
 	}
@@ -305,7 +305,7 @@ func abortMidway(s *stack) {
 		for _, m := range r.Machines {
 			rm := reg[m.Hostname]
 			want := uint64(1)
-			switch m.Outcome {
+			switch rollout.Outcome(m.Outcome) {
 			case rollout.OutcomeDone:
 				want = uint64(rev)
 			case rollout.OutcomeReleased, rollout.OutcomeNotStarted:
@@ -374,7 +374,7 @@ func remediation(s *stack) {
 		return false, fmt.Sprint(r.Status, " ", r.Progress, " ", r.Reason, " strategy ", r.Strategy.RemediationMaxInFlight)
 	})
 	ms[0].NeverJoin(false) // whatever was wrong, the reboot fixed it
-	r := s.waitRollout(org, pool, uint64(rev), 3*time.Minute, rollout.StatusSucceeded)
+	r := s.waitRollout(org, pool, uint64(rev), 3*time.Minute, api.StatusSucceeded)
 	if r.Progress.Done != 3 {
 		s.t.Fatalf("progress %+v", r.Progress)
 	}
@@ -423,7 +423,7 @@ func ordered(s *stack) {
 	}
 	s.eventually("both rollouts succeed", 3*time.Minute, func() (bool, string) {
 		ra, rb := s.get(org, a.ID), s.get(org, b.ID)
-		return ra.Status == rollout.StatusSucceeded && rb.Status == rollout.StatusSucceeded, fmt.Sprint(ra.Status, rb.Status)
+		return ra.Status == api.StatusSucceeded && rb.Status == api.StatusSucceeded, fmt.Sprint(ra.Status, rb.Status)
 	})
 	ra, rb := s.get(org, a.ID), s.get(org, b.ID)
 	// The second began its checks only after the first finished.

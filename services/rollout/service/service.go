@@ -18,8 +18,8 @@ import (
 	"github.com/anvil-fleet/anvil/libs/events/projection"
 	"github.com/anvil-fleet/anvil/libs/events/svc"
 	bootapi "github.com/anvil-fleet/anvil/services/boot/api"
-	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
-	"github.com/anvil-fleet/anvil/services/revisions/domain/pool"
+	regapi "github.com/anvil-fleet/anvil/services/registry/api"
+	revapi "github.com/anvil-fleet/anvil/services/revisions/api"
 	"github.com/anvil-fleet/anvil/services/rollout/adapters"
 	"github.com/anvil-fleet/anvil/services/rollout/api"
 	"github.com/anvil-fleet/anvil/services/rollout/app"
@@ -107,10 +107,11 @@ func NewRegistry() *events.Registry {
 	reg := events.NewRegistry()
 	reg.RegisterAll(rollout.EventTypes())
 	reg.RegisterAll(bootapi.EventTypes())
-	reg.RegisterAll([]any{pool.ApplyRequested{}})
+	reg.RegisterAll([]any{revapi.ApplyRequested{}}) // the revisions service's contract
 	reg.RegisterAll(machineop.EventTypes())
-	// The registry's machine events that start machine operations.
-	reg.RegisterAll(machine.EventTypes())
+	// The registry's machine events that start provisioning and machine
+	// operations, as its contract has them.
+	reg.RegisterAll(regapi.EventTypes())
 	return reg
 }
 

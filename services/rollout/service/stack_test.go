@@ -28,13 +28,10 @@ import (
 	"github.com/anvil-fleet/anvil/services/boot/api/simassets"
 	bootservice "github.com/anvil-fleet/anvil/services/boot/service"
 	regapi "github.com/anvil-fleet/anvil/services/registry/api"
-	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
-	"github.com/anvil-fleet/anvil/services/registry/domain/token"
 	regservice "github.com/anvil-fleet/anvil/services/registry/service"
 	revapi "github.com/anvil-fleet/anvil/services/revisions/api"
 	revservice "github.com/anvil-fleet/anvil/services/revisions/service"
 	"github.com/anvil-fleet/anvil/services/rollout/api"
-	"github.com/anvil-fleet/anvil/services/rollout/domain/rollout"
 	"github.com/anvil-fleet/anvil/services/rollout/service"
 	"github.com/anvil-fleet/anvil/sim"
 )
@@ -224,7 +221,7 @@ func (s *stack) org(id string) string {
 	if err := s.regs.Orgs.WaitFor(s.ctx, o.Version); err != nil {
 		s.t.Fatal(err)
 	}
-	tok, err := s.reg.IssueToken(s.ctx, regapi.TokenIssue{Org: id, Kind: token.KindEnrollment, Name: "rack-1"})
+	tok, err := s.reg.IssueToken(s.ctx, regapi.TokenIssue{Org: id, Kind: regapi.KindEnrollment, Name: "rack-1"})
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -294,7 +291,7 @@ func (s *stack) machines(org, pool string, fleet *sim.Fleet, n int) []*sim.Machi
 		_, _ = h.Write([]byte(org + "/" + pool))
 		uuid := fmt.Sprintf("%08x-0000-4000-8000-%012x", h.Sum32(), i)
 		host := fmt.Sprintf("%s-m%02d", pool, i)
-		r, err := s.reg.Machine(s.ctx, org, uuid, machine.PreRegister{UUID: uuid, Hostname: host, Pool: pool}, 0)
+		r, err := s.reg.Machine(s.ctx, org, uuid, regapi.PreRegister{UUID: uuid, Hostname: host, Pool: pool}, 0)
 		if err != nil {
 			s.t.Fatalf("preregister %s: %v", host, err)
 		}
@@ -325,7 +322,7 @@ func (s *stack) createPool(org, pool, cluster string, spec revapi.PoolSpec) api.
 	if _, err := revapi.CreatePool(s.ctx, s.nc, req); err != nil {
 		s.t.Fatal(err)
 	}
-	r := s.waitRollout(org, pool, 1, 5*time.Minute, rollout.StatusSucceeded)
+	r := s.waitRollout(org, pool, 1, 5*time.Minute, api.StatusSucceeded)
 	return r
 }
 
@@ -378,7 +375,7 @@ func (s *stack) findRollout(org, pool string, revision uint64) (api.Rollout, boo
 
 // waitRollout waits until the newest rollout of pool to revision has one
 // of the statuses, and returns it with its machines and log.
-func (s *stack) waitRollout(org, pool string, revision uint64, d time.Duration, want ...rollout.Status) api.Rollout {
+func (s *stack) waitRollout(org, pool string, revision uint64, d time.Duration, want ...api.Status) api.Rollout {
 	s.t.Helper()
 	var id string
 	s.eventually(fmt.Sprintf("rollout of %s to revision %d is %v", pool, revision, want), d, func() (bool, string) {

@@ -9,7 +9,7 @@ import (
 	"unicode/utf8"
 
 	agentapi "github.com/anvil-fleet/anvil/agent/api"
-	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
+	regapi "github.com/anvil-fleet/anvil/services/registry/api"
 )
 
 // Bounds on what is kept of a report.
@@ -24,16 +24,16 @@ const (
 // and rotational flag and a NIC's speed are the agent's extra detail. An
 // inventory the agent could not read at all (no CPUs and no memory) is
 // reported as missing rather than as a machine with nothing in it.
-func Hardware(h agentapi.Hardware) (machine.Hardware, error) {
+func Hardware(h agentapi.Hardware) (regapi.Hardware, error) {
 	if h.CPUs <= 0 && h.MemoryBytes == 0 {
-		return machine.Hardware{}, fmt.Errorf("the agent could not read the CPU count or the memory size")
+		return regapi.Hardware{}, fmt.Errorf("the agent could not read the CPU count or the memory size")
 	}
-	out := machine.Hardware{CPUs: h.CPUs, RAMBytes: h.MemoryBytes}
+	out := regapi.Hardware{CPUs: h.CPUs, RAMBytes: h.MemoryBytes}
 	for _, d := range h.Disks {
-		out.Disks = append(out.Disks, machine.Disk{Name: d.Name, SizeBytes: d.SizeBytes})
+		out.Disks = append(out.Disks, regapi.Disk{Name: d.Name, SizeBytes: d.SizeBytes})
 	}
 	for _, n := range h.NICs {
-		out.NICs = append(out.NICs, machine.NIC{Name: n.Name, MAC: n.MAC})
+		out.NICs = append(out.NICs, regapi.NIC{Name: n.Name, MAC: n.MAC})
 	}
 	return out, nil
 }
@@ -43,7 +43,7 @@ func RebootReason(r agentapi.RebootRequired) string {
 	if !r.Required {
 		return ""
 	}
-	return Text(r.Reason, machine.MaxReasonLen)
+	return Text(r.Reason, regapi.MaxReasonLen)
 }
 
 // StartupLog keeps the last MaxLogLines lines, each valid UTF-8 and cut at

@@ -7,7 +7,7 @@ import (
 	"unicode/utf8"
 
 	agentapi "github.com/anvil-fleet/anvil/agent/api"
-	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
+	regapi "github.com/anvil-fleet/anvil/services/registry/api"
 )
 
 func TestHardware(t *testing.T) {
@@ -16,9 +16,9 @@ func TestHardware(t *testing.T) {
 		Disks: []agentapi.Disk{{Name: "nvme0n1", SizeBytes: 1920383410176, Model: "SAMSUNG", Rotational: false}},
 		NICs:  []agentapi.NIC{{Name: "eno1", MAC: "aa:bb:cc:dd:ee:01", SpeedMbps: 25000}},
 	})
-	want := machine.Hardware{CPUs: 16, RAMBytes: 67441164288,
-		Disks: []machine.Disk{{Name: "nvme0n1", SizeBytes: 1920383410176}},
-		NICs:  []machine.NIC{{Name: "eno1", MAC: "aa:bb:cc:dd:ee:01"}}}
+	want := regapi.Hardware{CPUs: 16, RAMBytes: 67441164288,
+		Disks: []regapi.Disk{{Name: "nvme0n1", SizeBytes: 1920383410176}},
+		NICs:  []regapi.NIC{{Name: "eno1", MAC: "aa:bb:cc:dd:ee:01"}}}
 	if err != nil || !reflect.DeepEqual(got, want) {
 		t.Errorf("got %+v, %v", got, err)
 	}
@@ -32,7 +32,7 @@ func TestTexts(t *testing.T) {
 		t.Error("reason kept without a required reboot")
 	}
 	r := RebootReason(agentapi.RebootRequired{Required: true, Reason: strings.Repeat("ü", 2000)})
-	if len(r) > machine.MaxReasonLen || !utf8.ValidString(r) {
+	if len(r) > regapi.MaxReasonLen || !utf8.ValidString(r) {
 		t.Errorf("reason %d bytes", len(r))
 	}
 	lines := make([]string, 500)

@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"slices"
 	"time"
+
+	"github.com/anvil-fleet/anvil/libs/fields"
 )
 
 // Hardware is the agent's inventory report.
@@ -336,12 +338,6 @@ func retryStatus(f *Failure) Status {
 }
 
 // NodeNameOf is the node name of a machine: its hostname, or, when it has
-// none (a machine that registered itself and was never named), its UUID,
-// which is unique in the organization and a valid DNS label (lowercase
-// hex and hyphens, 36 characters).
-func NodeNameOf(hostname, uuid string) string {
-	if hostname != "" {
-		return hostname
-	}
-	return uuid
-}
+// none, its UUID (fields.NodeName: the one rule, which boot and rollout
+// use through the registry's api package).
+func NodeNameOf(hostname, uuid string) string { return fields.NodeName(hostname, uuid) }

@@ -77,7 +77,7 @@ func validatePool(f *errs.Fields, field, p string) {
 		f.Add(field, "is required")
 		return
 	}
-	if err := fields.DNSLabel(p); err != nil {
+	if err := fields.PoolName(p); err != nil {
 		f.Add(field, "%v", err)
 	}
 }

@@ -38,7 +38,7 @@ func TestAggregate(t *testing.T) {
 		t.Fatalf("add: %v %v", evs, err)
 	}
 	s.Apply(&VersionAdded{Version: "1.33.5"})
-	if v, _ := s.Catalog.Latest(Minor{1, 33}); v.String() != "1.33.5" {
+	if v, _ := s.Catalog.Latest(Minor{Major: 1, Minor: 33}); v.String() != "1.33.5" {
 		t.Fatalf("latest = %v", v)
 	}
 	s.Apply(struct{}{}) // unknown events are ignored

@@ -7,87 +7,25 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/anvil-fleet/anvil/libs/events/errs"
+	"github.com/anvil-fleet/anvil/libs/fields/values"
 )
 
-// Version is a full Kubernetes version x.y.z.
-type Version struct{ Major, Minor, Patch int }
-
-// Minor is a Kubernetes minor version x.y, the part a user chooses.
-type Minor struct{ Major, Minor int }
-
-func (v Version) String() string { return fmt.Sprintf("%d.%d.%d", v.Major, v.Minor, v.Patch) }
-func (v Version) IsZero() bool   { return v == Version{} }
-func (v Version) MinorOf() Minor { return Minor{v.Major, v.Minor} }
-func (m Minor) String() string   { return fmt.Sprintf("%d.%d", m.Major, m.Minor) }
-
-// Compare orders versions: -1, 0 or +1.
-func (v Version) Compare(o Version) int {
-	if c := v.MinorOf().Compare(o.MinorOf()); c != 0 {
-		return c
-	}
-	switch {
-	case v.Patch < o.Patch:
-		return -1
-	case v.Patch > o.Patch:
-		return 1
-	}
-	return 0
-}
-
-// Compare orders minors: -1, 0 or +1.
-func (m Minor) Compare(o Minor) int {
-	switch {
-	case m.Major != o.Major:
-		if m.Major < o.Major {
-			return -1
-		}
-		return 1
-	case m.Minor < o.Minor:
-		return -1
-	case m.Minor > o.Minor:
-		return 1
-	}
-	return 0
-}
+// Version is a full Kubernetes version x.y.z, and Minor a minor version
+// x.y, the part a user chooses. They are libs/fields/values', whose skew
+// policy the rollout service checks too.
+type (
+	Version = values.KubeVersion
+	Minor   = values.KubeMinor
+)
 
 // ParseVersion reads "1.33.4" (a leading "v" is accepted).
-func ParseVersion(s string) (Version, error) {
-	n, err := parseNums(s, 3)
-	if err != nil {
-		return Version{}, fmt.Errorf("%q is not a Kubernetes version of the form x.y.z: %w", s, err)
-	}
-	return Version{n[0], n[1], n[2]}, nil
-}
+func ParseVersion(s string) (Version, error) { return values.ParseKubeVersion(s) }
 
 // ParseMinor reads "1.33" (a leading "v" is accepted).
-func ParseMinor(s string) (Minor, error) {
-	n, err := parseNums(s, 2)
-	if err != nil {
-		return Minor{}, fmt.Errorf("%q is not a Kubernetes minor version of the form x.y: %w", s, err)
-	}
-	return Minor{n[0], n[1]}, nil
-}
-
-func parseNums(s string, want int) ([]int, error) {
-	s = strings.TrimPrefix(s, "v")
-	parts := strings.Split(s, ".")
-	if len(parts) != want {
-		return nil, fmt.Errorf("want %d dot-separated numbers", want)
-	}
-	out := make([]int, want)
-	for i, p := range parts {
-		// No leading zeros or signs, so that each version has one spelling.
-		if p == "" || len(p) > 6 || (len(p) > 1 && p[0] == '0') || strings.TrimLeft(p, "0123456789") != "" {
-			return nil, errors.New("each part must be a number without leading zeros")
-		}
-		out[i], _ = strconv.Atoi(p)
-	}
-	return out, nil
-}
+func ParseMinor(s string) (Minor, error) { return values.ParseKubeMinor(s) }
 
 // Catalog is an immutable, sorted set of supported versions.
 type Catalog struct{ versions []Version }
@@ -173,20 +111,12 @@ func (c Catalog) minorList() string {
 
 // MaxKubeletMinorsBehind is how many minors a kubelet may trail the control
 // plane (Kubernetes' skew policy since 1.28).
-const MaxKubeletMinorsBehind = 3
+const MaxKubeletMinorsBehind = values.MaxKubeletMinorsBehind
 
 // CheckSkew applies the version skew policy to a kubelet and its control
-// plane: the kubelet is never newer than the control plane (compared on
-// the full version, so the control plane is upgraded first even for a
-// patch), and at most three minors older. The error states both versions.
+// plane (values.CheckKubeletSkew).
 func CheckSkew(controlPlane, kubelet Version) error {
-	if kubelet.Compare(controlPlane) > 0 {
-		return fmt.Errorf("kubelet %s would be newer than the control plane %s; upgrade the control plane first", kubelet, controlPlane)
-	}
-	if kubelet.Major != controlPlane.Major || controlPlane.Minor-kubelet.Minor > MaxKubeletMinorsBehind {
-		return fmt.Errorf("kubelet %s would be more than %d minor versions older than the control plane %s", kubelet, MaxKubeletMinorsBehind, controlPlane)
-	}
-	return nil
+	return values.CheckKubeletSkew(controlPlane, kubelet)
 }
 
 // CheckKubelet refuses a kubelet version that is not in the catalog or that

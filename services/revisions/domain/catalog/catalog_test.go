@@ -18,7 +18,7 @@ func TestParse(t *testing.T) {
 			t.Errorf("ParseVersion(%q) err=%v", tt.in, err)
 		}
 	}
-	if m, err := ParseMinor("v1.33"); err != nil || m != (Minor{1, 33}) {
+	if m, err := ParseMinor("v1.33"); err != nil || m != (Minor{Major: 1, Minor: 33}) {
 		t.Errorf("ParseMinor = %v, %v", m, err)
 	}
 	if _, err := ParseMinor("1.33.1"); err == nil {
@@ -28,17 +28,17 @@ func TestParse(t *testing.T) {
 
 func TestCatalog(t *testing.T) {
 	c := MustNew("1.33.1", "1.31.9", "1.33.4", "1.32.7", "1.33.2")
-	if v, err := c.Latest(Minor{1, 33}); err != nil || v.String() != "1.33.4" {
+	if v, err := c.Latest(Minor{Major: 1, Minor: 33}); err != nil || v.String() != "1.33.4" {
 		t.Fatalf("Latest(1.33) = %v, %v", v, err)
 	}
-	if _, err := c.Latest(Minor{1, 30}); err == nil || !strings.Contains(err.Error(), "1.31, 1.32, 1.33") {
+	if _, err := c.Latest(Minor{Major: 1, Minor: 30}); err == nil || !strings.Contains(err.Error(), "1.31, 1.32, 1.33") {
 		t.Fatalf("Latest(1.30) err = %v", err)
 	}
-	c2 := c.With(Version{1, 33, 5})
-	if v, _ := c2.Latest(Minor{1, 33}); v.String() != "1.33.5" {
+	c2 := c.With(Version{Major: 1, Minor: 33, Patch: 5})
+	if v, _ := c2.Latest(Minor{Major: 1, Minor: 33}); v.String() != "1.33.5" {
 		t.Fatalf("after With: %v", v)
 	}
-	if v, _ := c.Latest(Minor{1, 33}); v.String() != "1.33.4" {
+	if v, _ := c.Latest(Minor{Major: 1, Minor: 33}); v.String() != "1.33.4" {
 		t.Fatal("With mutated the original")
 	}
 	if got := len(c.Versions()); got != 5 {

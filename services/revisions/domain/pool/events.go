@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"time"
+
+	"github.com/anvil-fleet/anvil/services/revisions/api"
 )
 
 // Created records a new pool. Its first revision follows in the same
@@ -33,7 +35,8 @@ type SettingsChanged struct {
 
 // ApplyRequested asks the rollout service to bring the pool's machines to
 // a revision. It carries the rollout strategy in force when asked, so that
-// a rollout does not depend on reading the pool again.
+// a rollout does not depend on reading the pool again. Other services read
+// it as api.ApplyRequested, which encodes alike (contract_test.go).
 type ApplyRequested struct {
 	Pool        string    `json:"pool"`
 	Cluster     string    `json:"cluster"`
@@ -65,7 +68,7 @@ type Deleted struct {
 func (Created) EventType() string         { return "pool.created" }
 func (RevisionCreated) EventType() string { return "pool.revision_created" }
 func (SettingsChanged) EventType() string { return "pool.settings_changed" }
-func (ApplyRequested) EventType() string  { return "pool.apply_requested" }
+func (ApplyRequested) EventType() string  { return api.EventApplyRequested }
 func (Deleted) EventType() string         { return "pool.deleted" }
 
 // EventTypes returns a zero value of every payload, for registration.

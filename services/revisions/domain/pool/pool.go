@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/anvil-fleet/anvil/libs/events/errs"
+	"github.com/anvil-fleet/anvil/services/revisions/api"
 	"github.com/anvil-fleet/anvil/services/revisions/domain/catalog"
 	"github.com/anvil-fleet/anvil/services/revisions/domain/check"
 	"github.com/anvil-fleet/anvil/services/revisions/domain/cluster"
@@ -21,7 +22,7 @@ const PlatformAuthor = "anvil"
 // PlatformActor is who requests the apply of a platform-made revision
 // when the pool auto-applies them (pool.apply_requested's requested_by,
 // and the actor of the events the platform appends by itself).
-const PlatformActor = "platform"
+const PlatformActor = api.PlatformActor
 
 // Pool is the state folded from a pool's events. The zero value means the
 // pool does not exist.

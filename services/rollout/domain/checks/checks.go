@@ -13,7 +13,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/anvil-fleet/anvil/services/revisions/domain/catalog"
+	"github.com/anvil-fleet/anvil/libs/fields/values"
 	"github.com/anvil-fleet/anvil/services/rollout/domain/rollout"
 )
 
@@ -95,15 +95,15 @@ func Evaluate(s *rollout.State, f Facts) []rollout.CheckResult {
 	}
 
 	// version_skew
-	cp, errCP := catalog.ParseVersion(f.ControlPlaneVersion)
-	kl, errKL := catalog.ParseVersion(f.KubeletVersion)
+	cp, errCP := values.ParseKubeVersion(f.ControlPlaneVersion)
+	kl, errKL := values.ParseKubeVersion(f.KubeletVersion)
 	switch {
 	case errCP != nil:
 		fail(rollout.CheckVersionSkew, "", "the control plane's version is not known (%q)", f.ControlPlaneVersion)
 	case errKL != nil:
 		fail(rollout.CheckVersionSkew, "", "revision %d's Kubernetes version is not known (%q)", s.Revision, f.KubeletVersion)
 	default:
-		if err := catalog.CheckSkew(cp, kl); err != nil {
+		if err := values.CheckKubeletSkew(cp, kl); err != nil {
 			fail(rollout.CheckVersionSkew, "", "%v", err)
 		} else {
 			pass(rollout.CheckVersionSkew, fmt.Sprintf("kubelet %s, control plane %s", kl, cp))

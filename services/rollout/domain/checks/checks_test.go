@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/anvil-fleet/anvil/services/revisions/domain/pool"
 	"github.com/anvil-fleet/anvil/services/rollout/domain/rollout"
 )
 
@@ -18,7 +17,7 @@ func fixture(t *testing.T) *rollout.State {
 		Machines: []rollout.Machine{
 			{UUID: uuidOf(1), Hostname: "m01"}, {UUID: uuidOf(2), Hostname: "m02"}, {UUID: uuidOf(3), Hostname: "m03", NoNode: true},
 		},
-		Strategy: rollout.Strategy{Rollout: pool.Rollout{MaxUnavailable: "2"}}}, time.Now())
+		Strategy: rollout.Strategy{PoolSettings: rollout.PoolSettings{MaxUnavailable: "2"}}}, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/anvil-fleet/anvil/services/revisions/domain/pool"
+	"github.com/anvil-fleet/anvil/libs/fields/values"
 	"github.com/anvil-fleet/anvil/services/rollout/domain/operation"
 	"github.com/anvil-fleet/anvil/services/rollout/domain/plan"
 	"github.com/anvil-fleet/anvil/services/rollout/domain/rollout"
@@ -23,14 +23,14 @@ func passing() []rollout.CheckResult {
 	return rs
 }
 
-func startedRollout(t *testing.T, windows []pool.Window) rollout.State {
+func startedRollout(t *testing.T, windows []values.Window) rollout.State {
 	t.Helper()
 	var ms []rollout.Machine
 	for i, h := range []string{"m01", "m02", "m03"} {
 		ms = append(ms, rollout.Machine{UUID: uuid(i + 1), Hostname: h, CurrentRevision: 1})
 	}
 	start := rollout.Start{ID: "ro-1", Pool: "workers", Cluster: "prod", Revision: 2, Machines: ms,
-		Strategy: rollout.Strategy{Rollout: pool.Rollout{MaxUnavailable: "1", MaintenanceWindows: windows}}}
+		Strategy: rollout.Strategy{PoolSettings: rollout.PoolSettings{MaxUnavailable: "1", MaintenanceWindows: windows}}}
 	evs, err := rollout.Decide(rollout.State{}, start, t0)
 	if err != nil {
 		t.Fatal(err)
@@ -51,7 +51,7 @@ func waiting(now time.Time) func(rollout.State) []rollout.Block {
 
 func TestConditionsSayWhyARolloutWaits(t *testing.T) {
 	// A window every day at 22:00 UTC: at 09:00 the rollout waits for it.
-	s := startedRollout(t, []pool.Window{{Days: []string{"mon", "tue", "wed", "thu", "fri", "sat", "sun"}, Start: "22:00", End: "23:00", TimeZone: "UTC"}})
+	s := startedRollout(t, []values.Window{{Days: []string{"mon", "tue", "wed", "thu", "fri", "sat", "sun"}, Start: "22:00", End: "23:00", TimeZone: "UTC"}})
 	now := t0.Add(time.Minute)
 	conds, last, eta := operation.Explain(s, plan.Next(s, now).Waiting, now)
 	if len(conds) != 1 || conds[0].Type != operation.ConditionProgressing || conds[0].Status != "False" || conds[0].Reason != "OutsideMaintenanceWindow" {

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/anvil-fleet/anvil/services/revisions/domain/pool"
+	"github.com/anvil-fleet/anvil/libs/fields/values"
 	"github.com/anvil-fleet/anvil/services/rollout/domain/rollout"
 )
 
@@ -15,7 +15,7 @@ var t0 = time.Date(2025, 6, 2, 9, 0, 0, 0, time.UTC)
 func uuidOf(i int) string { return fmt.Sprintf("00000000-0000-4000-8000-%012d", i) }
 
 func TestViewFromEvents(t *testing.T) {
-	strategy := rollout.Strategy{Rollout: pool.Rollout{MaxUnavailable: "50%"}}.WithDefaults()
+	strategy := rollout.Strategy{PoolSettings: rollout.PoolSettings{MaxUnavailable: "50%"}}.WithDefaults()
 	evs := []any{
 		rollout.Started{ID: "r1", Pool: "workers", Revision: 4, Rollback: true, PoolSize: 4, Strategy: strategy, RequestedBy: "token:t1 (ops)", At: t0,
 			Machines: []rollout.Machine{{UUID: uuidOf(1), Hostname: "m01"}, {UUID: uuidOf(2), Hostname: "m02"}},
@@ -25,7 +25,7 @@ func TestViewFromEvents(t *testing.T) {
 		rollout.StepStarted{Machine: uuidOf(1), Step: rollout.StepCordon, Attempt: 1, Deadline: t0.Add(5 * time.Minute), At: t0},
 		rollout.StepSucceeded{Machine: uuidOf(1), Step: rollout.StepCordon, Attempt: 1, Message: "cordoned", At: t0},
 		rollout.StepStarted{Machine: uuidOf(1), Step: rollout.StepDrain, Attempt: 1, Deadline: t0.Add(15 * time.Minute), At: t0},
-		rollout.DrainBlocked{Machine: uuidOf(1), Attempt: 1, Block: rollout.DrainBlock{Pod: "shop/cart-0", Budget: "shop/cart", WaitedFor: pool.Duration(3 * time.Minute), At: t0.Add(3 * time.Minute)}},
+		rollout.DrainBlocked{Machine: uuidOf(1), Attempt: 1, Block: rollout.DrainBlock{Pod: "shop/cart-0", Budget: "shop/cart", WaitedFor: values.Duration(3 * time.Minute), At: t0.Add(3 * time.Minute)}},
 		rollout.StepFailed{Machine: uuidOf(1), Step: rollout.StepDrain, Attempt: 1, TimedOut: true, Reason: "drain timed out after 15m0s", At: t0.Add(15 * time.Minute)},
 	}
 	v := Project(evs)

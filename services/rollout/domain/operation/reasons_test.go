@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/anvil-fleet/anvil/services/revisions/domain/pool"
 	"github.com/anvil-fleet/anvil/services/rollout/domain/rollout"
 )
 
@@ -15,7 +14,7 @@ import (
 // the command appends (what the audit shows) and in the operation's log,
 // with who gave it.
 func TestControlReasonsKept(t *testing.T) {
-	strategy := rollout.Strategy{Rollout: pool.Rollout{MaxUnavailable: "1"}}.WithDefaults()
+	strategy := rollout.Strategy{PoolSettings: rollout.PoolSettings{MaxUnavailable: "1"}}.WithDefaults()
 	evs := []any{
 		rollout.Started{ID: "r1", Pool: "workers", Revision: 2, PoolSize: 1, Strategy: strategy, RequestedBy: "token:t1 (ops)", At: t0,
 			Machines: []rollout.Machine{{UUID: uuidOf(1), Hostname: "m01"}}},

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/anvil-fleet/anvil/libs/events/errs"
-	"github.com/anvil-fleet/anvil/services/revisions/domain/pool"
+	"github.com/anvil-fleet/anvil/libs/fields/values"
 	"github.com/anvil-fleet/anvil/services/rollout/domain/rollout"
 )
 
@@ -79,12 +79,12 @@ func fuzzHistory(t *testing.T, src *bytesource) {
 			ControlPlane: src.n(4) == 0, UpgradeIndex: src.n(3), NoNode: src.n(5) == 0}
 	}
 	start := rollout.Start{ID: "fz", Pool: "p", Revision: 2, Machines: ms, PoolSize: size + src.n(3),
-		Strategy: rollout.Strategy{Rollout: pool.Rollout{
-			MaxUnavailable: pool.IntOrPercent([]string{"1", "2", "0", "50%", "100%", "33%"}[src.n(6)]),
-			Pause:          pool.Duration(time.Duration(src.n(3)) * 5 * time.Minute),
+		Strategy: rollout.Strategy{PoolSettings: rollout.PoolSettings{
+			MaxUnavailable: values.IntOrPercent([]string{"1", "2", "0", "50%", "100%", "33%"}[src.n(6)]),
+			Pause:          values.Duration(time.Duration(src.n(3)) * 5 * time.Minute),
 		}}}
 	if src.n(3) == 0 {
-		start.Strategy.MaintenanceWindows = []pool.Window{{Days: []string{"mon", "tue", "thu"}, Start: "09:10", End: "10:00", TimeZone: "Europe/Zurich"}}
+		start.Strategy.MaintenanceWindows = []values.Window{{Days: []string{"mon", "tue", "thu"}, Start: "09:10", End: "10:00", TimeZone: "Europe/Zurich"}}
 	}
 	if src.n(4) == 0 {
 		start.After = "before"

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/anvil-fleet/anvil/services/revisions/domain/pool"
+	"github.com/anvil-fleet/anvil/libs/fields/values"
 	"github.com/anvil-fleet/anvil/services/rollout/domain/rollout"
 )
 
@@ -63,12 +63,12 @@ func TestNext(t *testing.T) {
 	withAfter := st
 	withAfter.After = "r0"
 	grace := st
-	g := pool.Duration(30 * time.Second)
+	g := values.Duration(30 * time.Second)
 	grace.Strategy.DrainGracePeriod = &g
 	paused := st
-	paused.Strategy.Pause = pool.Duration(10 * time.Minute)
+	paused.Strategy.Pause = values.Duration(10 * time.Minute)
 	shortDrain := st
-	shortDrain.Strategy.DrainTimeout = pool.Duration(30 * time.Second)
+	shortDrain.Strategy.DrainTimeout = values.Duration(30 * time.Second)
 
 	type step = func(rollout.State) (rollout.Command, time.Time)
 	seq := func(parts ...any) []step {

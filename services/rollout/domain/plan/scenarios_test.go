@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/anvil-fleet/anvil/services/revisions/domain/pool"
+	"github.com/anvil-fleet/anvil/libs/fields/values"
 	"github.com/anvil-fleet/anvil/services/rollout/domain/operation"
 	"github.com/anvil-fleet/anvil/services/rollout/domain/rollout"
 )
@@ -367,14 +367,14 @@ func TestMaintenanceWindows(t *testing.T) {
 	// summer). t0 is Monday 09:00 UTC, just after Monday's window.
 	w := newWorld(6, 1)
 	start := startCmd("win", machines(6), "2")
-	windows := []pool.Window{{Days: []string{"mon", "tue", "wed", "thu", "fri", "sat", "sun"}, Start: "10:00", End: "10:10", TimeZone: "Europe/Zurich"}}
+	windows := []values.Window{{Days: []string{"mon", "tue", "wed", "thu", "fri", "sat", "sun"}, Start: "10:00", End: "10:10", TimeZone: "Europe/Zurich"}}
 	start.Strategy.MaintenanceWindows = windows
 	d := newDriver(t, w, start)
 	d.run(2000)
 	if d.state.Status() != rollout.StatusSucceeded {
 		t.Fatalf("status %s", d.state.Status())
 	}
-	inWindow := func(at time.Time) bool { return pool.InMaintenanceWindow(windows, at) }
+	inWindow := func(at time.Time) bool { return values.InMaintenanceWindow(windows, at) }
 	sawLate := false
 	for _, e := range d.events {
 		switch e := e.(type) {
@@ -580,7 +580,7 @@ func TestFailedChecksTouchNothingThenRetry(t *testing.T) {
 func TestPauseResumeAndPauseBetweenMachines(t *testing.T) {
 	w := newWorld(4, 1)
 	st := startCmd("p", machines(4), "1")
-	st.Strategy.Pause = pool.Duration(10 * time.Minute)
+	st.Strategy.Pause = values.Duration(10 * time.Minute)
 	d := newDriver(t, w, st)
 	for range 5 {
 		d.settle()
@@ -644,7 +644,7 @@ func TestManyScenariosWithCrashes(t *testing.T) {
 		st := startCmd("mix", ms, []string{"1", "2", "50%", "100%", "10%"}[rng.IntN(5)])
 		st.Strategy.RemediationMaxInFlight = rng.IntN(3)
 		if rng.IntN(3) == 0 {
-			st.Strategy.MaintenanceWindows = []pool.Window{{Days: []string{"mon", "wed", "fri"}, Start: "09:00", End: "11:00", TimeZone: "UTC"}}
+			st.Strategy.MaintenanceWindows = []values.Window{{Days: []string{"mon", "wed", "fri"}, Start: "09:00", End: "11:00", TimeZone: "UTC"}}
 		}
 		d := newDriver(t, w, st)
 		d.rng, d.crashP = rng, 0.1

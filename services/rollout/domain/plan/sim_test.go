@@ -11,7 +11,7 @@ import (
 
 	"github.com/anvil-fleet/anvil/libs/events/errs"
 	"github.com/anvil-fleet/anvil/libs/events/eventstest"
-	"github.com/anvil-fleet/anvil/services/revisions/domain/pool"
+	"github.com/anvil-fleet/anvil/libs/fields/values"
 	"github.com/anvil-fleet/anvil/services/rollout/domain/rollout"
 )
 
@@ -517,7 +517,7 @@ func machines(n int) []rollout.Machine {
 func startCmd(id string, ms []rollout.Machine, maxUnavailable string) rollout.Start {
 	return rollout.Start{
 		ID: id, Pool: "workers", Cluster: "prod", Revision: 2, Machines: ms, RequestedBy: "token:t1 (ci)",
-		Strategy: rollout.Strategy{Rollout: pool.Rollout{MaxUnavailable: pool.IntOrPercent(maxUnavailable)}},
+		Strategy: rollout.Strategy{PoolSettings: rollout.PoolSettings{MaxUnavailable: values.IntOrPercent(maxUnavailable)}},
 	}
 }
 

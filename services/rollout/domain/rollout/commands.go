@@ -11,8 +11,7 @@ import (
 
 	"github.com/anvil-fleet/anvil/libs/events/errs"
 	"github.com/anvil-fleet/anvil/libs/fields"
-	"github.com/anvil-fleet/anvil/services/revisions/domain/check"
-	"github.com/anvil-fleet/anvil/services/revisions/domain/pool"
+	"github.com/anvil-fleet/anvil/libs/fields/values"
 )
 
 // Command is any rollout command; Decide runs it.
@@ -301,14 +300,14 @@ var (
 	instrRE = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,128}$`)
 )
 
-const maxTimeout = pool.Duration(24 * time.Hour)
+const maxTimeout = values.Duration(24 * time.Hour)
 
 func (c Start) validate() (Strategy, int, error) {
 	var f errs.Fields
 	if !tokenRE.MatchString(c.ID) {
 		f.Add("id", "must be 1-128 letters, digits, '-' or '_'")
 	}
-	if err := check.DNSLabel(c.Pool); err != nil {
+	if err := fields.DNSLabel(c.Pool); err != nil {
 		f.Add("pool", "%v", err)
 	}
 	if c.Revision == 0 {
@@ -329,7 +328,7 @@ func (c Start) validate() (Strategy, int, error) {
 			f.Add(fmt.Sprintf("machines[%d].uuid", i), "machine %s is listed twice", m.UUID)
 		}
 		seen[m.UUID] = true
-		if err := check.Hostname(m.Hostname); err != nil {
+		if err := fields.Hostname(m.Hostname); err != nil {
 			f.Add(fmt.Sprintf("machines[%d].hostname", i), "%v", err)
 		}
 		if m.UpgradeIndex < 0 {
@@ -670,7 +669,7 @@ func (c RecordDrainBlocked) decide(s *State, now time.Time) ([]any, error) {
 		return nil, nil // the same block, written less than DrainBlockedEvery ago
 	}
 	return []any{DrainBlocked{Machine: c.Machine, Attempt: c.Attempt, Block: DrainBlock{
-		Pod: c.Pod, Budget: c.Budget, WaitedFor: pool.Duration(c.WaitedFor), Message: c.Message, At: now,
+		Pod: c.Pod, Budget: c.Budget, WaitedFor: values.Duration(c.WaitedFor), Message: c.Message, At: now,
 	}}}, nil
 }
 

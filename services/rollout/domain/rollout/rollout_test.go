@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/anvil-fleet/anvil/libs/events/errs"
-	"github.com/anvil-fleet/anvil/services/revisions/domain/pool"
+	"github.com/anvil-fleet/anvil/libs/fields/values"
 )
 
 var t0 = time.Date(2025, 6, 2, 9, 0, 0, 0, time.UTC) // a Monday
@@ -27,7 +27,7 @@ func fxMachines(n int) []Machine {
 
 func fxStart(n int, mu string) Start {
 	return Start{ID: "r1", Pool: "workers", Revision: 2, Machines: fxMachines(n),
-		Strategy: Strategy{Rollout: pool.Rollout{MaxUnavailable: pool.IntOrPercent(mu)}}}
+		Strategy: Strategy{PoolSettings: PoolSettings{MaxUnavailable: values.IntOrPercent(mu)}}}
 }
 
 func passing() []CheckResult {
@@ -112,8 +112,8 @@ func TestStartValidation(t *testing.T) {
 		},
 		PoolSize: 2,
 		Strategy: Strategy{
-			Rollout:      pool.Rollout{MaxUnavailable: "150%", DrainTimeout: pool.Duration(48 * time.Hour)},
-			StepTimeouts: StepTimeouts{CordonTimeout: pool.Duration(time.Millisecond)},
+			PoolSettings: PoolSettings{MaxUnavailable: "150%", DrainTimeout: values.Duration(48 * time.Hour)},
+			StepTimeouts: StepTimeouts{CordonTimeout: values.Duration(time.Millisecond)},
 		},
 	}
 	_, err := Decide(State{}, bad, t0)
@@ -156,8 +156,8 @@ func TestStartDefaultsAndOrder(t *testing.T) {
 	if want := []string{"cp/3", "w-a/2", "w-a/4", "w-b/1"}; !slices.Equal(order, want) {
 		t.Errorf("order %v want %v", order, want)
 	}
-	if e.PoolSize != 4 || e.Strategy.MaxUnavailable != "1" || e.Strategy.DrainTimeout != pool.DefaultDrainTimeout ||
-		e.Strategy.NodeReadyTimeout != pool.DefaultNodeReadyTimeout || e.Strategy.CordonTimeout != DefaultCordonTimeout ||
+	if e.PoolSize != 4 || e.Strategy.MaxUnavailable != "1" || e.Strategy.DrainTimeout != values.DefaultDrainTimeout ||
+		e.Strategy.NodeReadyTimeout != values.DefaultNodeReadyTimeout || e.Strategy.CordonTimeout != DefaultCordonTimeout ||
 		e.Strategy.RebootTimeout != DefaultRebootTimeout || e.Strategy.UncordonTimeout != DefaultUncordonTimeout {
 		t.Errorf("defaults: %+v", e)
 	}
@@ -181,7 +181,7 @@ func TestBudgetRounding(t *testing.T) {
 		{"0%", 10, 1}, {"9%", 10, 1}, {"10%", 10, 1}, {"19%", 10, 1}, {"20%", 10, 2}, {"25%", 10, 2},
 		{"33%", 3, 1}, {"34%", 3, 1}, {"67%", 3, 2}, {"100%", 3, 3}, {"50%", 1, 1}, {"50%", 7, 3},
 	} {
-		s := State{PoolSize: tc.pool, Strategy: Strategy{Rollout: pool.Rollout{MaxUnavailable: pool.IntOrPercent(tc.mu)}}}
+		s := State{PoolSize: tc.pool, Strategy: Strategy{PoolSettings: PoolSettings{MaxUnavailable: values.IntOrPercent(tc.mu)}}}
 		if got := s.Budget(); got != tc.want {
 			t.Errorf("%s of %d: %d, want %d", tc.mu, tc.pool, got, tc.want)
 		}
@@ -352,7 +352,7 @@ func TestBeginRules(t *testing.T) {
 	t.Run("window", func(t *testing.T) {
 		var s State
 		st := fxStart(1, "1")
-		st.Strategy.MaintenanceWindows = []pool.Window{{Days: []string{"mon"}, Start: "22:00", End: "02:00", TimeZone: "UTC"}}
+		st.Strategy.MaintenanceWindows = []values.Window{{Days: []string{"mon"}, Start: "22:00", End: "02:00", TimeZone: "UTC"}}
 		must(t, &s, st, t0)
 		must(t, &s, RecordChecks{Results: passing()}, t0)
 		if _, err := Decide(s, BeginMachine{Machine: uuidOf(1)}, t0); !strings.Contains(fmt.Sprint(err), "outside every maintenance window") {
@@ -371,7 +371,7 @@ func TestBeginRules(t *testing.T) {
 	t.Run("pause between machines", func(t *testing.T) {
 		var s State
 		st := fxStart(2, "1")
-		st.Strategy.Pause = pool.Duration(5 * time.Minute)
+		st.Strategy.Pause = values.Duration(5 * time.Minute)
 		must(t, &s, st, t0)
 		must(t, &s, RecordChecks{Results: passing()}, t0)
 		walk(t, &s, 1, StepUncordon, t0)
@@ -496,7 +496,7 @@ func TestDrainBlockedThrottle(t *testing.T) {
 		t.Fatal("a minute later it is logged again")
 	}
 	m, _ := s.Machine(u)
-	if m.Blocked == nil || m.Blocked.WaitedFor != pool.Duration(2*time.Minute) {
+	if m.Blocked == nil || m.Blocked.WaitedFor != values.Duration(2*time.Minute) {
 		t.Errorf("%+v", m.Blocked)
 	}
 	if _, err := Decide(s, RecordDrainBlocked{Machine: u, Attempt: 1}, t0); errs.KindOf(err) != errs.KindValidation {
@@ -664,9 +664,9 @@ func TestEventsRoundTripJSON(t *testing.T) {
 	var all []any
 	record := func(evs []any) { all = append(all, evs...) }
 	var fresh State
-	evs, _ := Decide(fresh, Start{ID: "r1", Pool: "workers", Revision: 2, Machines: fxMachines(3), Strategy: Strategy{Rollout: pool.Rollout{
-		MaxUnavailable: "50%", Pause: pool.Duration(time.Minute), DrainGracePeriod: ptr(pool.Duration(30 * time.Second)),
-		MaintenanceWindows: []pool.Window{{Days: []string{"mon"}, Start: "08:00", End: "12:00", TimeZone: "Europe/Zurich"}},
+	evs, _ := Decide(fresh, Start{ID: "r1", Pool: "workers", Revision: 2, Machines: fxMachines(3), Strategy: Strategy{PoolSettings: PoolSettings{
+		MaxUnavailable: "50%", Pause: values.Duration(time.Minute), DrainGracePeriod: ptr(values.Duration(30 * time.Second)),
+		MaintenanceWindows: []values.Window{{Days: []string{"mon"}, Start: "08:00", End: "12:00", TimeZone: "Europe/Zurich"}},
 	}}}, t0)
 	record(evs)
 	for _, e := range evs {
@@ -715,7 +715,7 @@ func TestInstructionID(t *testing.T) {
 }
 
 func TestNextWindowOpen(t *testing.T) {
-	s := State{Strategy: Strategy{Rollout: pool.Rollout{MaintenanceWindows: []pool.Window{
+	s := State{Strategy: Strategy{PoolSettings: PoolSettings{MaintenanceWindows: []values.Window{
 		{Days: []string{"sat"}, Start: "22:00", End: "04:00", TimeZone: "Europe/Zurich"},
 		{Days: []string{"wed"}, Start: "12:00", End: "13:00", TimeZone: "America/New_York"},
 	}}}}

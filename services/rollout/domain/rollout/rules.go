@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/anvil-fleet/anvil/services/revisions/domain/pool"
+	"github.com/anvil-fleet/anvil/libs/fields/values"
 )
 
 // The rules in this file are shared by Decide (which refuses what breaks
@@ -45,7 +45,7 @@ func (b *Block) Error() string { return b.Message }
 // InWindow reports whether now is inside one of the maintenance windows
 // (always, with none).
 func (s *State) InWindow(now time.Time) bool {
-	return pool.InMaintenanceWindow(s.Strategy.MaintenanceWindows, now)
+	return values.InMaintenanceWindow(s.Strategy.MaintenanceWindows, now)
 }
 
 // NextWindowOpen returns when a maintenance window next opens after now,

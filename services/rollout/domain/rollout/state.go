@@ -150,7 +150,7 @@ func (s *State) Machine(uuid string) (*MachineState, bool) {
 
 // Budget is maxUnavailable resolved against the pool size: a percentage
 // rounds down, and the result is at least 1 and at most the pool size
-// (pool.IntOrPercent.Resolve).
+// (values.IntOrPercent.Resolve).
 func (s *State) Budget() int {
 	return s.Strategy.MaxUnavailable.Resolve(max(s.PoolSize, len(s.Machines)))
 }

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/anvil-fleet/anvil/libs/events/errs"
-	"github.com/anvil-fleet/anvil/services/revisions/domain/pool"
+	"github.com/anvil-fleet/anvil/libs/fields/values"
 )
 
 // Step is one step of a machine's rollout. A machine walks them in this
@@ -147,16 +147,16 @@ func compareMachines(a, b Machine) int {
 // StepTimeouts are the timeouts of the steps that the pool does not set.
 // The drain timeout and the node-ready timeout come from the pool.
 type StepTimeouts struct {
-	CordonTimeout   pool.Duration `json:"cordon_timeout,omitempty"`
-	RebootTimeout   pool.Duration `json:"reboot_timeout,omitempty"` // until the agent accepts the instruction
-	UncordonTimeout pool.Duration `json:"uncordon_timeout,omitempty"`
+	CordonTimeout   values.Duration `json:"cordon_timeout,omitempty"`
+	RebootTimeout   values.Duration `json:"reboot_timeout,omitempty"` // until the agent accepts the instruction
+	UncordonTimeout values.Duration `json:"uncordon_timeout,omitempty"`
 }
 
 // Step timeout defaults.
 const (
-	DefaultCordonTimeout   = pool.Duration(5 * time.Minute)
-	DefaultRebootTimeout   = pool.Duration(15 * time.Minute)
-	DefaultUncordonTimeout = pool.Duration(5 * time.Minute)
+	DefaultCordonTimeout   = values.Duration(5 * time.Minute)
+	DefaultRebootTimeout   = values.Duration(15 * time.Minute)
+	DefaultUncordonTimeout = values.Duration(5 * time.Minute)
 	// MinReadyWindow is the least time wait_ready gets even when the boot
 	// used up nearly all of the node-ready timeout, so that the node is
 	// looked at at least once.
@@ -166,13 +166,52 @@ const (
 	DrainBlockedEvery = time.Minute
 )
 
+// PoolSettings are the pool's rollout settings as the apply request (or
+// the pool, for a rollout started by hand) carried them: the rollout
+// service's own copy, with the same JSON, and the same rules
+// (values.RolloutSettings, which the revisions service holds a pool's
+// settings to), so that the rollout's history never depends on the
+// revisions service's types.
+type PoolSettings struct {
+	MaxUnavailable     values.IntOrPercent `json:"max_unavailable,omitempty"`
+	Pause              values.Duration     `json:"pause,omitempty"`
+	DrainTimeout       values.Duration     `json:"drain_timeout,omitempty"`
+	DrainGracePeriod   *values.Duration    `json:"drain_grace_period,omitempty"` // nil: each pod's own terminationGracePeriodSeconds
+	NodeReadyTimeout   values.Duration     `json:"node_ready_timeout,omitempty"`
+	MaintenanceWindows []values.Window     `json:"maintenance_windows,omitempty"`
+	// Remediation: nil leaves it to the rollout service's setting
+	// (--remediation-max-in-flight); see Strategy.RemediationMaxInFlight.
+	Remediation *values.Remediation `json:"remediation,omitempty"`
+}
+
+// WithDefaults fills unset settings with the pool defaults.
+func (p PoolSettings) WithDefaults() PoolSettings {
+	return PoolSettings(values.RolloutSettings(p).WithDefaults())
+}
+
+// ResolveRemediation is how many machines of a rollout may be remediated
+// at a time: the pool's setting, or fallback (the service's) when it has
+// none. 0: off.
+func (p PoolSettings) ResolveRemediation(fallback int) int {
+	return values.RolloutSettings(p).ResolveRemediation(fallback)
+}
+
+// Validate checks the settings by the pool's rules (after defaults).
+func (p PoolSettings) Validate() error {
+	var f errs.Fields
+	for _, pr := range values.RolloutSettings(p).Problems() {
+		f.Add(pr.Field, "%s", pr.Reason)
+	}
+	return f.Err()
+}
+
 // Strategy is how the rollout proceeds: the pool's rollout settings as
 // they were when the apply was requested (pool.apply_requested carries
 // them), plus the step timeouts the pool does not set. It is part of the
 // Started event: changing the pool's settings later does not change a
 // rollout under way.
 type Strategy struct {
-	pool.Rollout
+	PoolSettings
 	StepTimeouts
 	// RemediationMaxInFlight, when positive, lets the rollout remediate a
 	// machine that booted but never came back (wait_boot or wait_ready
@@ -189,7 +228,7 @@ const MaxRemediations = 1
 
 // WithDefaults fills unset fields.
 func (s Strategy) WithDefaults() Strategy {
-	s.Rollout = s.Rollout.WithDefaults()
+	s.PoolSettings = s.PoolSettings.WithDefaults()
 	if s.CordonTimeout == 0 {
 		s.CordonTimeout = DefaultCordonTimeout
 	}
@@ -206,15 +245,15 @@ func (s Strategy) WithDefaults() Strategy {
 // step timeouts between 1s and 24h.
 func (s Strategy) Validate() error {
 	var f errs.Fields
-	f.Merge("", s.Rollout.Validate())
-	if s.RemediationMaxInFlight < 0 || s.RemediationMaxInFlight > 1000 {
-		f.Add("remediation_max_in_flight", "must be between 0 and 1000, got %d", s.RemediationMaxInFlight)
+	f.Merge("", s.PoolSettings.Validate())
+	if s.RemediationMaxInFlight < 0 || s.RemediationMaxInFlight > values.MaxRemediationInFlight {
+		f.Add("remediation_max_in_flight", "must be between 0 and %d, got %d", values.MaxRemediationInFlight, s.RemediationMaxInFlight)
 	}
 	for _, t := range []struct {
 		name string
-		d    pool.Duration
+		d    values.Duration
 	}{{"cordon_timeout", s.CordonTimeout}, {"reboot_timeout", s.RebootTimeout}, {"uncordon_timeout", s.UncordonTimeout}} {
-		if t.d < pool.Duration(time.Second) || t.d > maxTimeout {
+		if t.d < values.Duration(time.Second) || t.d > maxTimeout {
 			f.Add(t.name, "must be between 1s and 24h, got %s", t.d)
 		}
 	}
@@ -265,11 +304,11 @@ type CheckResult struct {
 // DrainBlock is why a drain waits: the pod whose eviction a
 // PodDisruptionBudget refuses, the budget, and for how long.
 type DrainBlock struct {
-	Pod       string        `json:"pod"`    // namespace/name
-	Budget    string        `json:"budget"` // namespace/name of the PodDisruptionBudget
-	WaitedFor pool.Duration `json:"waited_for"`
-	Message   string        `json:"message,omitempty"`
-	At        time.Time     `json:"at"`
+	Pod       string          `json:"pod"`    // namespace/name
+	Budget    string          `json:"budget"` // namespace/name of the PodDisruptionBudget
+	WaitedFor values.Duration `json:"waited_for"`
+	Message   string          `json:"message,omitempty"`
+	At        time.Time       `json:"at"`
 }
 
 // Failure is why a machine failed.

@@ -1,0 +1,17 @@
+package cluster_test
+
+import (
+	"flag"
+	"testing"
+
+	"github.com/anvil-fleet/anvil/libs/events/eventstest/golden"
+	"github.com/anvil-fleet/anvil/services/revisions/domain/cluster"
+)
+
+var updateGolden = flag.Bool("update", false, "rewrite testdata/events/*.json from the Go types")
+
+// TestEventsGolden freezes the JSON of every event the revisions service stores
+// in this package: events already in the log must read back the same.
+func TestEventsGolden(t *testing.T) {
+	golden.Events(t, golden.Dir, cluster.EventTypes(), *updateGolden)
+}
