@@ -15,10 +15,13 @@ import (
 	"time"
 
 	"github.com/anvil-fleet/anvil/libs/events"
+	"github.com/anvil-fleet/anvil/libs/events/aggregate"
+	"github.com/anvil-fleet/anvil/libs/events/errs"
 	bootapi "github.com/anvil-fleet/anvil/services/boot/api"
 	regapi "github.com/anvil-fleet/anvil/services/registry/api"
 	revapi "github.com/anvil-fleet/anvil/services/revisions/api"
 	"github.com/anvil-fleet/anvil/services/rollout/domain/checks"
+	"github.com/anvil-fleet/anvil/services/rollout/domain/machineop"
 	"github.com/anvil-fleet/anvil/services/rollout/domain/operation"
 	"github.com/anvil-fleet/anvil/services/rollout/domain/rollout"
 )
@@ -176,6 +179,9 @@ type App struct {
 	Now        func() time.Time
 	Metrics    *Metrics
 	Settings   Settings
+	// Retry bounds and spaces the re-decisions of a command that lost an
+	// optimistic-concurrency race; zero: aggregate's defaults.
+	Retry aggregate.Retry
 
 	drivers driverSet
 }
@@ -218,4 +224,39 @@ func (a *App) now() time.Time { return a.Now().UTC() }
 
 func ref(org, id string) events.AggregateRef {
 	return events.AggregateRef{Org: org, Type: AggregateType, ID: id}
+}
+
+// rollouts runs commands on rollouts through the one executor every
+// service uses (libs/events/aggregate). Every event type stored on a
+// rollout's subject is in a.Events, so one that does not decode is an
+// internal error, never skipped.
+func (a *App) rollouts() *aggregate.Executor[rollout.State] {
+	return &aggregate.Executor[rollout.State]{Store: a.Store, Registry: a.Events, Clock: a.now, Retry: a.Retry,
+		Apply: func(s rollout.State, _ *events.Envelope, p any) rollout.State {
+			s.Apply(p)
+			return s
+		}}
+}
+
+// operations runs commands on machine operations.
+func (a *App) operations() *aggregate.Executor[machineop.State] {
+	return &aggregate.Executor[machineop.State]{Store: a.Store, Registry: a.Events, Clock: a.now, Retry: a.Retry,
+		Apply: func(s machineop.State, _ *events.Envelope, p any) machineop.State {
+			s.Apply(p)
+			return s
+		}}
+}
+
+// drafts wraps a decision's events for an append. An event that is not a
+// payload is a bug in the decision, reported rather than panicking.
+func drafts(evs []any) ([]events.Draft, error) {
+	out := make([]events.Draft, len(evs))
+	for i, e := range evs {
+		p, ok := e.(events.Payload)
+		if !ok {
+			return nil, errs.Internal("the decision returned %T, which is not an event payload", e)
+		}
+		out[i] = events.Draft{Payload: p}
+	}
+	return out, nil
 }

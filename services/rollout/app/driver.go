@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/anvil-fleet/anvil/libs/events"
+	"github.com/anvil-fleet/anvil/libs/events/aggregate"
 	"github.com/anvil-fleet/anvil/libs/events/errs"
 	bootapi "github.com/anvil-fleet/anvil/services/boot/api"
 	"github.com/anvil-fleet/anvil/services/rollout/domain/plan"
@@ -42,6 +43,8 @@ type driver struct {
 	// own are ids of events this driver appended, so that their echo on
 	// the bus does not cost a catch-up.
 	own map[string]bool
+	// x appends the driver's decisions: see appendBatch.
+	x *aggregate.Executor[*driverFold]
 
 	inbox    chan message
 	external chan string // ids of events appended to this rollout, seen on the bus
@@ -66,11 +69,25 @@ type execution struct {
 }
 
 func (a *App) newDriver(org, id string) *driver {
-	return &driver{
+	d := &driver{
 		a: a, org: org, id: id, log: a.Log.With("org", org, "rollout", id),
 		issued: map[string]bool{}, withdrawn: map[string]bool{}, own: map[string]bool{},
 		inbox: make(chan message, 1024), external: make(chan string, 1024), execs: map[string]*execution{},
 	}
+	d.x = &aggregate.Executor[*driverFold]{Store: a.Store, Registry: a.Events, Clock: a.now, Retry: a.Retry,
+		Initial: newDriverFold,
+		Apply: func(f *driverFold, _ *events.Envelope, p any) *driverFold {
+			f.apply(p)
+			return f
+		},
+		// The driver is the rollout's one writer and folds every event it
+		// sees on the bus, so its copy stands for the log when a batch
+		// appends nothing (every command refused, every pub in the log):
+		// no read of the log for it, as before the executor. A copy that
+		// is stale costs a lost race at the next append.
+		Version: func(context.Context, events.AggregateRef) (uint64, error) { return d.version, nil },
+	}
+	return d
 }
 
 // Drive runs the process manager of rollout org/id until the rollout is
@@ -201,95 +218,154 @@ func (d *driver) plan(ctx context.Context) (plan.Decision, error) {
 }
 
 // appendBatch decides cmds on the current state, one after the other, and
-// appends their events and pubs in one append. Planner commands stop at the
-// first refusal (the next plan decides again); reports that are refused
-// are stale (the step moved on) and dropped. A lost race re-reads the log
-// and decides again.
+// appends their events and pubs in one append, through the aggregate
+// executor. Planner commands stop at the first refusal (the next plan
+// decides again); reports that are refused are stale (the step moved on)
+// and dropped. The decision is made on the driver's own copy; a lost race
+// reads the log and decides again.
 func (d *driver) appendBatch(ctx context.Context, cmds []rollout.Command, pubs []message, stopAtRefusal bool) error {
-	for attempt := 1; ; attempt++ {
-		now := d.a.now()
-		st := d.state.Clone()
-		var drafts []events.Draft
-		var payloads []any
-		for _, c := range cmds {
-			evs, err := rollout.Decide(st, c, now)
-			if err != nil {
-				d.log.Debug("command refused", "command", c.CommandType(), "err", err)
-				if stopAtRefusal {
-					break
-				}
-				continue
+	if len(cmds) == 0 && len(pubs) == 0 {
+		return nil
+	}
+	var cached *driverFold
+	// onLog tells whether the last decision was made on the log's state
+	// rather than the driver's copy; before is that state then, and
+	// decided the decision's events: the metrics observe what they end.
+	var onLog bool
+	var before rollout.State
+	var decided int
+	actx, span := d.span(ctx, "rollout append")
+	res, err := d.x.Execute(actx, aggregate.Command[*driverFold]{Ref: ref(d.org, d.id),
+		Cached: func() (*driverFold, uint64, bool) {
+			// The instruction sets are the driver's own: the executor adds
+			// to them only what it stored, as d.apply would.
+			cached = &driverFold{state: d.state.Clone(), issued: d.issued, withdrawn: d.withdrawn}
+			return cached, d.version, true
+		},
+		Decide: func(s *driverFold, now time.Time) ([]any, error) {
+			evs := d.decideBatch(s, cmds, pubs, stopAtRefusal, now)
+			onLog, decided = s != cached, len(evs)
+			if onLog && len(evs) > 0 {
+				before = s.state.Clone() // the executor applies the events to s
+			}
+			return evs, nil
+		}})
+	span.SetAttributes(attribute.Int("anvil.events", len(res.Stored)))
+	span.End()
+	if err != nil {
+		if cerr := d.catchUp(ctx); cerr != nil {
+			return errors.Join(err, cerr)
+		}
+		return err
+	}
+	if onLog {
+		// The log had events the driver had not folded yet: its state is
+		// the log's now.
+		if len(res.Stored) > 0 {
+			d.a.Metrics.rolloutEvents(before, res.Events[len(res.Events)-decided:])
+		}
+		for i := range res.Stored {
+			d.own[res.Stored[i].ID] = true
+		}
+		d.state, d.issued, d.withdrawn, d.version = res.State.state, res.State.issued, res.State.withdrawn, res.Version
+	} else {
+		for i := range res.Stored {
+			d.own[res.Stored[i].ID] = true
+			d.a.Metrics.rolloutEvent(&d.state, res.Events[i])
+			d.apply(res.Events[i])
+			d.version = res.Stored[i].Sequence
+		}
+	}
+	if len(res.Stored) > 0 {
+		d.a.Metrics.appended(len(res.Stored))
+	}
+	return nil
+}
+
+// decideBatch is appendBatch's decision on s: the events of cmds, each
+// decided on what the previous ones left, and the pubs not in the log yet
+// (as drafts with their own ids, so that a redelivered one is stored
+// once). It does not modify s.
+func (d *driver) decideBatch(s *driverFold, cmds []rollout.Command, pubs []message, stopAtRefusal bool, now time.Time) []any {
+	st, own := s.state, false // copied before the first event is applied to it
+	var out []any
+	for i, c := range cmds {
+		evs, err := rollout.Decide(st, c, now)
+		if err != nil {
+			d.log.Debug("command refused", "command", c.CommandType(), "err", err)
+			if stopAtRefusal {
+				break
+			}
+			continue
+		}
+		out = append(out, evs...)
+		if len(out) >= maxBatch {
+			break
+		}
+		if len(evs) > 0 && i < len(cmds)-1 {
+			if !own {
+				st, own = st.Clone(), true
 			}
 			for _, e := range evs {
 				st.Apply(e)
-				drafts = append(drafts, events.Draft{Payload: e.(events.Payload)})
-				payloads = append(payloads, e)
-			}
-			if len(drafts) >= maxBatch {
-				break
 			}
 		}
-		for _, p := range pubs {
-			if d.published(p.publish) {
-				continue
-			}
-			drafts = append(drafts, events.Draft{ID: p.draftID, Payload: p.publish})
-			payloads = append(payloads, p.publish)
+	}
+	for _, p := range pubs {
+		if s.published(p.publish) {
+			continue
 		}
-		if len(drafts) == 0 {
-			return nil
-		}
-		actx, span := d.span(ctx, "rollout append", attribute.Int("anvil.events", len(drafts)))
-		envs, err := d.a.Store.Append(actx, ref(d.org, d.id), d.version, drafts...)
-		span.End()
-		var conflict *events.ConflictError
-		if err != nil {
-			if cerr := d.catchUp(ctx); cerr != nil {
-				return errors.Join(err, cerr)
-			}
-			if errors.As(err, &conflict) && attempt < 8 {
-				continue
-			}
-			return err
-		}
-		for i := range envs {
-			d.own[envs[i].ID] = true
-			d.a.Metrics.rolloutEvent(&d.state, payloads[i])
-			d.apply(payloads[i])
-			d.version = envs[i].Sequence
-		}
-		if len(envs) > 0 {
-			d.a.Metrics.appended(len(envs))
-		}
-		return nil
+		out = append(out, events.Draft{ID: p.draftID, Payload: p.publish})
+	}
+	return out
+}
+
+// driverFold is what the driver folds a rollout's events into: its state,
+// and the boot instructions in the log (State.Apply ignores those events).
+type driverFold struct {
+	state rollout.State
+	// issued and withdrawn are the instruction ids whose
+	// rollout.reboot_requested / rollout.instruction_withdrawn is in the
+	// log.
+	issued, withdrawn map[string]bool
+}
+
+func newDriverFold() *driverFold {
+	return &driverFold{issued: map[string]bool{}, withdrawn: map[string]bool{}}
+}
+
+// apply folds one event payload.
+func (f *driverFold) apply(p any) { fold(&f.state, f.issued, f.withdrawn, p) }
+
+// fold folds one event payload of a rollout into its state and its sets
+// of instructions in the log.
+func fold(state *rollout.State, issued, withdrawn map[string]bool, p any) {
+	switch e := p.(type) {
+	case bootapi.RebootRequested:
+		issued[e.InstructionID] = true
+	case *bootapi.RebootRequested:
+		issued[e.InstructionID] = true
+	case bootapi.InstructionWithdrawn:
+		withdrawn[e.InstructionID] = true
+	case *bootapi.InstructionWithdrawn:
+		withdrawn[e.InstructionID] = true
+	default:
+		state.Apply(p)
 	}
 }
 
-func (d *driver) published(p events.Payload) bool {
+func (f *driverFold) published(p events.Payload) bool {
 	switch e := p.(type) {
 	case bootapi.RebootRequested:
-		return d.issued[e.InstructionID]
+		return f.issued[e.InstructionID]
 	case bootapi.InstructionWithdrawn:
-		return d.withdrawn[e.InstructionID]
+		return f.withdrawn[e.InstructionID]
 	}
 	return false
 }
 
 // apply folds one event payload into the driver's state.
-func (d *driver) apply(p any) {
-	switch e := p.(type) {
-	case bootapi.RebootRequested:
-		d.issued[e.InstructionID] = true
-	case *bootapi.RebootRequested:
-		d.issued[e.InstructionID] = true
-	case bootapi.InstructionWithdrawn:
-		d.withdrawn[e.InstructionID] = true
-	case *bootapi.InstructionWithdrawn:
-		d.withdrawn[e.InstructionID] = true
-	default:
-		d.state.Apply(p)
-	}
-}
+func (d *driver) apply(p any) { fold(&d.state, d.issued, d.withdrawn, p) }
 
 // catchUp folds the events appended after the driver's version.
 func (d *driver) catchUp(ctx context.Context) error {

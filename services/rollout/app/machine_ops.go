@@ -2,11 +2,12 @@ package app
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/anvil-fleet/anvil/libs/events"
+	"github.com/anvil-fleet/anvil/libs/events/aggregate"
 	"github.com/anvil-fleet/anvil/libs/events/errs"
 	"github.com/anvil-fleet/anvil/libs/fields/values"
 	regapi "github.com/anvil-fleet/anvil/services/registry/api"
@@ -79,12 +80,13 @@ func (a *App) StartMachineOperation(ctx context.Context, env *events.Envelope, p
 	}
 	id := OperationIDFor(env.ID)
 	r := events.AggregateRef{Org: env.Org, Type: machineop.AggregateType, ID: id}
-	existing, err := a.Store.Load(ctx, r)
+	x := a.operations()
+	existing, version, err := x.Load(ctx, r)
 	if err != nil {
 		return err
 	}
-	if len(existing) > 0 {
-		return nil
+	if version != 0 {
+		return nil // started by an earlier delivery: no need to ask the other services again
 	}
 	var m regapi.Machine
 	if kind.BestEffort() && env.Sequence > 1 {
@@ -132,12 +134,20 @@ func (a *App) StartMachineOperation(ctx context.Context, env *events.Envelope, p
 	if err := started.Validate(); err != nil {
 		return err
 	}
-	_, err = a.Store.Append(ctx, r, 0, events.Draft{Payload: started})
-	var conflict *events.ConflictError
-	if err != nil && !errors.As(err, &conflict) {
+	res, err := x.Execute(ctx, aggregate.Command[machineop.State]{Ref: r,
+		Cached: func() (machineop.State, uint64, bool) { return existing, version, true },
+		Decide: func(s machineop.State, _ time.Time) ([]any, error) {
+			if s.Exists() {
+				return nil, nil // started by a concurrent delivery
+			}
+			return []any{started}, nil
+		}})
+	if err != nil {
 		return err
 	}
-	a.Log.InfoContext(ctx, "machine operation started", "org", env.Org, "operation", id, "kind", kind, "machine", env.AggregateID)
+	if len(res.Stored) > 0 {
+		a.Log.InfoContext(ctx, "machine operation started", "org", env.Org, "operation", id, "kind", kind, "machine", env.AggregateID)
+	}
 	return nil
 }
 
@@ -165,38 +175,48 @@ func (a *App) cancelOperations(ctx context.Context, org, uuid string, kind machi
 // the current step.
 func (a *App) DriveOperation(ctx context.Context, org, id string) error {
 	r := events.AggregateRef{Org: org, Type: machineop.AggregateType, ID: id}
-	var st machineop.State
-	var version uint64
+	x := a.operations()
+	st, version, err := x.Load(ctx, r)
+	if err != nil {
+		return err
+	}
 	load := func() error {
-		envs, err := a.Store.Load(ctx, r)
-		if err != nil {
-			return err
+		s, v, err := x.Load(ctx, r)
+		if err == nil {
+			st, version = s, v
 		}
-		st, version = machineop.State{}, events.Version(envs)
-		for i := range envs {
-			if p, err := a.Events.Decode(&envs[i]); err == nil {
-				st.Apply(p)
+		return err
+	}
+	// execute appends what decide makes of the operation, deciding on the
+	// driver's copy first and again on the log after a lost race. It
+	// returns the events appended. Nothing to append on the copy reads
+	// nothing: the executor would confirm that on the log, and a drain
+	// reports the same blocked pod on every pass.
+	execute := func(decide func(s machineop.State, now time.Time) []any) ([]any, error) {
+		if len(decide(st, a.now())) == 0 {
+			return nil, nil
+		}
+		res, err := x.Execute(ctx, aggregate.Command[machineop.State]{Ref: r,
+			Cached: func() (machineop.State, uint64, bool) {
+				s := st
+				s.Log = slices.Clip(s.Log) // the executor appends to its copy's log
+				return s, version, true
+			},
+			Decide: func(s machineop.State, now time.Time) ([]any, error) { return decide(s, now), nil }})
+		if err != nil {
+			return nil, err
+		}
+		st, version = res.State, res.Version
+		return res.Events, nil
+	}
+	// drainFailed observes a drain that failed once the failure is in the
+	// log, so that it is recorded once.
+	drainFailed := func(evs []any, stepAt time.Time) {
+		for _, e := range evs {
+			if f, ok := e.(machineop.Failed); ok && f.Step == machineop.StepDrain {
+				a.Metrics.operationDrain("failed", stepAt, f.At)
 			}
 		}
-		return nil
-	}
-	appendEvs := func(evs ...any) error {
-		drafts := make([]events.Draft, len(evs))
-		for i, e := range evs {
-			drafts[i] = events.Draft{Payload: e.(events.Payload)}
-		}
-		envs, err := a.Store.Append(ctx, r, version, drafts...)
-		if err != nil {
-			return err // a conflict: reload
-		}
-		for _, e := range evs {
-			st.Apply(e)
-		}
-		version = events.Version(envs)
-		return nil
-	}
-	if err := load(); err != nil {
-		return err
 	}
 	for ctx.Err() == nil {
 		if st.Status.Final() {
@@ -204,41 +224,66 @@ func (a *App) DriveOperation(ctx context.Context, org, id string) error {
 		}
 		evs, act := machineop.Next(st, a.now())
 		if len(evs) > 0 {
-			f, failed := evs[0].(machineop.Failed)
-			if failed {
+			if f, failed := evs[0].(machineop.Failed); failed {
+				// Told before the failure is in the log: a driver that
+				// stops in between tells it again.
 				if err := a.reportOperationFailure(ctx, org, st, f.Reason); err != nil {
 					a.Log.Warn("reporting a failed operation", "operation", id, "err", err)
 				}
 			}
-			stepAt := st.StepAt
-			if err := appendEvs(evs...); err != nil {
+			var stepAt time.Time
+			appended, err := execute(func(s machineop.State, now time.Time) []any {
+				stepAt = s.StepAt
+				evs, _ := machineop.Next(s, now)
+				return evs
+			})
+			if err != nil {
 				if err := load(); err != nil && ctx.Err() == nil {
 					sleep(ctx, a.Settings.Poll)
 				}
-			} else if failed && f.Step == machineop.StepDrain {
-				// A drain past its deadline fails here: recorded once, after
-				// the failure is in the log.
-				a.Metrics.operationDrain("failed", stepAt, f.At)
+				continue
 			}
+			drainFailed(appended, stepAt)
 			continue
 		}
 		if !act {
 			return nil
 		}
 		step := st.Step()
+		// outcome appends the outcome of step unless the operation moved
+		// on meanwhile (it was cancelled, say).
+		outcome := func(e any, stepAt *time.Time) ([]any, error) {
+			return execute(func(s machineop.State, _ time.Time) []any {
+				if s.Status.Final() || s.Step() != step || !s.Running {
+					return nil
+				}
+				if stepAt != nil {
+					*stepAt = s.StepAt
+				}
+				return []any{e}
+			})
+		}
 		sctx, cancel := context.WithDeadline(ctx, st.Deadline)
 		msg, err := a.runOperationStep(sctx, org, st, func(b machineop.DrainBlocked) {
-			if st.Blocked == nil || st.Blocked.Pod != b.Pod || b.At.Sub(st.Blocked.At) >= time.Minute {
-				_ = appendEvs(b)
-			}
+			_, _ = execute(func(s machineop.State, _ time.Time) []any {
+				if s.Status.Final() || s.Step() != machineop.StepDrain || !s.Running {
+					return nil
+				}
+				if s.Blocked == nil || s.Blocked.Pod != b.Pod || b.At.Sub(s.Blocked.At) >= time.Minute {
+					return []any{b}
+				}
+				return nil
+			})
 		})
 		cancel()
 		switch {
 		case err == nil:
-			stepAt := st.StepAt
-			if err := appendEvs(machineop.StepSucceeded{Step: step, Message: msg, At: a.now()}); err != nil {
+			var stepAt time.Time
+			appended, err := outcome(machineop.StepSucceeded{Step: step, Message: msg, At: a.now()}, &stepAt)
+			switch {
+			case err != nil:
 				_ = load()
-			} else if step == machineop.StepDrain {
+			case len(appended) > 0 && step == machineop.StepDrain:
 				a.Metrics.operationDrain("succeeded", stepAt, a.now())
 			}
 		case permanent(err):
@@ -246,11 +291,12 @@ func (a *App) DriveOperation(ctx context.Context, org, id string) error {
 			if rerr := a.reportOperationFailure(ctx, org, st, f.Reason); rerr != nil {
 				a.Log.Warn("reporting a failed operation", "operation", id, "err", rerr)
 			}
-			stepAt := st.StepAt
-			if err := appendEvs(f); err != nil {
+			var stepAt time.Time
+			appended, err := outcome(f, &stepAt)
+			if err != nil {
 				_ = load()
-			} else if step == machineop.StepDrain {
-				a.Metrics.operationDrain("failed", stepAt, f.At)
+			} else {
+				drainFailed(appended, stepAt)
 			}
 		default:
 			if ctx.Err() != nil {

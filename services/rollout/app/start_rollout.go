@@ -105,11 +105,11 @@ func (a *App) Start(ctx context.Context, c StartRollout) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	drafts := make([]events.Draft, len(evs))
-	for i, e := range evs {
-		drafts[i] = events.Draft{Payload: e.(events.Payload)}
+	ds, err := drafts(evs)
+	if err != nil {
+		return 0, err
 	}
-	envs, err := a.Store.Append(ctx, ref(c.Org, c.ID), 0, drafts...)
+	envs, err := a.Store.Append(ctx, ref(c.Org, c.ID), 0, ds...)
 	var conflict *events.ConflictError
 	if errors.As(err, &conflict) {
 		return conflict.Actual, nil // started by a concurrent delivery
@@ -229,11 +229,11 @@ func (a *App) refuseStart(ctx context.Context, c StartRollout, cause error) erro
 			"pool", c.Pool, "revision", c.Revision, "reason", cause.Error(), "err", err)
 		return err
 	}
-	drafts := make([]events.Draft, len(evs))
-	for i, e := range evs {
-		drafts[i] = events.Draft{Payload: e.(events.Payload)}
+	ds, err := drafts(evs)
+	if err != nil {
+		return err
 	}
-	_, err = a.Store.Append(ctx, ref(c.Org, c.ID), 0, drafts...)
+	_, err = a.Store.Append(ctx, ref(c.Org, c.ID), 0, ds...)
 	var conflict *events.ConflictError
 	if errors.As(err, &conflict) {
 		return nil // the rollout exists already: started or refused by another delivery
