@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -44,10 +43,8 @@ const startedCheck = "started"
 // listener answers until it calls Started: in between, its projections
 // may not be registered as checks yet and its commands not subscribed.
 func (rt *Runtime) addStartedCheck() {
-	rt.started = new(atomic.Bool)
-	started := rt.started
 	rt.Health.Add(startedCheck, func(context.Context) error {
-		if !started.Load() {
+		if !rt.started.Load() {
 			return errors.New("the service is still starting")
 		}
 		return nil
@@ -57,11 +54,7 @@ func (rt *Runtime) addStartedCheck() {
 // Started says the service has finished starting: its projections are
 // registered as readiness checks and its commands are served. Until then
 // /readyz (and ReadySubject, once served) answer "not ready".
-func (rt *Runtime) Started() {
-	if rt.started != nil {
-		rt.started.Store(true)
-	}
-}
+func (rt *Runtime) Started() { rt.started.Store(true) }
 
 // ServeReadiness answers ReadySubject(service) from this replica's
 // readiness checks, for the services that call this one. Every replica

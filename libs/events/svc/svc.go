@@ -182,7 +182,7 @@ type Runtime struct {
 	Registry *events.Registry
 	Health   *Health
 
-	started *atomic.Bool // see Started
+	started atomic.Bool // see Started
 	closers []func(context.Context) error
 }
 
