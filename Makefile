@@ -114,8 +114,15 @@ ipxe-artifact: ## a bootable iPXE artifact with the chain URL built in: make ipx
 BENCH_PKGS = $(shell grep -rl --include='*_test.go' '^func Benchmark' $(MODULES) | xargs -n1 dirname | sort -u | sed 's|^|./|')
 BENCH_CHECK_TIMEOUT ?= 10m
 
-bench: ## benchmarks, each reported against a baseline measured in the same run (ANVIL_BENCH_SCALE=tiny|full|0.1 sets their size)
-	$(GO) test -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) -benchmem -timeout 60m $(PKGS)
+# The raw output goes to BENCH_OUT as it runs; the table of every
+# benchmark's ratios and figures, with the load average before and after,
+# is printed at the end (docs/performance.md).
+BENCH_OUT ?= bench.out
+bench: ## benchmarks, each reported against a baseline measured in the same run, then one table of them all (ANVIL_BENCH_SCALE=tiny|full|0.1 sets their size)
+	@echo "load average before: $$(cut -d' ' -f1-3 /proc/loadavg)" | tee "$(BENCH_OUT)"
+	$(GO) test -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) -benchmem -timeout 60m $(PKGS) 2>&1 | tee -a "$(BENCH_OUT)"
+	@echo "load average after: $$(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$(BENCH_OUT)"
+	@echo; $(GO) run ./libs/events/eventstest/benchtable/cmd/anvil-benchtable < "$(BENCH_OUT)"
 
 # The end-to-end benchmark (mostly building binaries and waiting for its
 # processes) runs beside the others: go test runs benchmarks one package

@@ -163,6 +163,22 @@ func TestClientAgainstStack(t *testing.T) {
 	if err != nil || cl.Name != "prod" || cl.Version == 0 {
 		t.Fatalf("create cluster: %+v %v", cl, err)
 	}
+	// A kubeconfig without contexts was once taken (201) and failed only at
+	// the first drain: the API refuses it when it is written.
+	noContexts := kubeconfig[:strings.Index(kubeconfig, "contexts:")]
+	_, err = c.CreateCluster(ctx, client.ClusterCreate{Name: "nocontext", APIEndpoint: "https://api.c2.example:6443", KubernetesVersion: kubernetesVersion,
+		Kubeconfig: noContexts, BootstrapToken: "abcdef.0123456789abcdef", CACertHash: "sha256:" + strings.Repeat("ab", 32)})
+	if p, ok := client.AsProblem(err); !ok || !client.IsValidation(err) {
+		t.Fatalf("a kubeconfig without contexts: %v", err)
+	} else if reason, named := p.Field("kubeconfig"); !named || !strings.Contains(reason, "current-context") || len(p.Errors) != 1 {
+		t.Fatalf("the problem does not name the kubeconfig's missing context: %+v", p.Errors)
+	}
+	if _, err := c.GetCluster(ctx, "nocontext"); !client.IsNotFound(err) {
+		t.Fatalf("the refused cluster exists: %v", err)
+	}
+	if _, err := c.RotateClusterKubeconfig(ctx, "prod", noContexts); !client.IsValidation(err) {
+		t.Fatalf("rotating to a kubeconfig without contexts: %v", err)
+	}
 	spec := client.PoolSpec{DisplayName: "Workers", PoolConfig: client.PoolConfig{
 		Kubernetes: client.Kubernetes{Minor: "1.33"}, Flatcar: client.Flatcar{Channel: "stable", Version: "4230.2.3"}},
 		Rollout: client.PoolRollout{MaxUnavailable: "25%"}}

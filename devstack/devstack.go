@@ -163,7 +163,7 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	if cfg.GatewayAddr == "" {
 		cfg.GatewayAddr = "127.0.0.1:8080"
 	}
-	if err := cfg.bootConfig(svc.Config{Service: boot.Name}).Validate(); err != nil {
+	if err := cfg.bootConfig(svc.Config{Service: boot.Name, StreamReplicas: 1}).Validate(); err != nil {
 		return nil, fmt.Errorf("boot: %w", err)
 	}
 	host, port := "", 0
@@ -190,7 +190,7 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 		srv.Shutdown()
 		return nil, err
 	}
-	if err := cfg.revisionsConfig(svc.Config{Service: revisions.Name}, keys).Validate(); err != nil {
+	if err := cfg.revisionsConfig(svc.Config{Service: revisions.Name, StreamReplicas: 1}, keys).Validate(); err != nil {
 		srv.Shutdown()
 		return nil, fmt.Errorf("revisions: %w", err)
 	}
@@ -217,7 +217,7 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 	err = errors.Join(
 		add(registry.Name, func(c svc.Config, o svc.Options) runner {
 			return func(ctx context.Context) error {
-				return registry.Start(ctx, registry.Config{Config: c, OfflineAfter: cfg.RegistryOfflineAfter}, o, regReady)
+				return registry.Start(ctx, registry.Config{Config: c, OfflineAfter: cfg.RegistryOfflineAfter}, o, registry.Hooks{Ready: regReady})
 			}
 		}),
 		add(revisions.Name, func(c svc.Config, o svc.Options) runner {

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/anvil-fleet/anvil/demo/story"
-	"github.com/anvil-fleet/anvil/services/registry/adapters"
+	"github.com/anvil-fleet/anvil/services/registry/readmodel"
 )
 
 // volatile keys are not derived from events alone: heartbeat times, and
@@ -137,7 +137,7 @@ func diffState(a, b map[string]string) string {
 // registryHash is the registry machine model's own digest (it excludes
 // heartbeat times).
 func registryHash(t *testing.T, env *story.Env) string {
-	p, ok := env.Stack.Registry.App.Machines.(*adapters.MachineProjection)
+	p, ok := env.Stack.Registry.App.Machines.(*readmodel.MachineProjection)
 	if !ok {
 		t.Fatalf("the registry's machine projection is a %T", env.Stack.Registry.App.Machines)
 	}

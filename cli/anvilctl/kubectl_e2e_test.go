@@ -188,8 +188,8 @@ func TestCLIKubectlHabits(t *testing.T) {
 		"-o", "custom-columns=HOST:.hostname,RACK:.labels.rack", "--sort-by", ".hostname")
 	waitOutput(t, &w.out, "ADDED   w3     r1\n")
 	s.must("apply", "-f", writeFile(t, "move.yaml", machineDoc(m2, "w2", "r1")+"---\n"+machineDoc(m3, "w3", "r2")))
-	waitOutput(t, &w.out, "ADDED   w2     r1\n")
-	waitOutput(t, &w.out, "DELETED   w3     r1\n")
+	waitRow(t, &w.out, "ADDED", "w2", "r1")
+	waitRow(t, &w.out, "DELETED", "w3", "r1")
 	interrupt()
 	if code := w.wait(t); code != 0 {
 		t.Fatalf("get -w ended with %d: %s", code, w.errb.String())

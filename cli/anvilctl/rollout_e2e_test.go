@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -34,10 +36,27 @@ func (s *syncBuffer) String() string {
 // waitOutput waits until a running command has written want.
 func waitOutput(t *testing.T, b *syncBuffer, want string) {
 	t.Helper()
+	waitWritten(t, b, fmt.Sprintf("%q", want), func(out string) bool { return strings.Contains(out, want) })
+}
+
+// waitRow waits until b has a table row of these cells, however wide its
+// columns are (a watch sizes them to the rows of each poll).
+func waitRow(t *testing.T, b *syncBuffer, cells ...string) {
+	t.Helper()
+	quoted := make([]string, len(cells))
+	for i, c := range cells {
+		quoted[i] = regexp.QuoteMeta(c)
+	}
+	row := regexp.MustCompile("(?m)^" + strings.Join(quoted, " {3,}") + "$")
+	waitWritten(t, b, "the row "+strings.Join(cells, " "), row.MatchString)
+}
+
+func waitWritten(t *testing.T, b *syncBuffer, what string, written func(string) bool) {
+	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(b.String(), want) {
+	for !written(b.String()) {
 		if time.Now().After(deadline) {
-			t.Fatalf("never written: %q\n%s", want, b.String())
+			t.Fatalf("never written: %s\n%s", what, b.String())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -44,8 +44,12 @@ type watcher struct {
 	custom *tableWriter
 	// customHeaded: the custom columns' header is out
 	customHeaded bool
-	documents    int // JSON and YAML documents written
-	failing      bool
+	// the rows of this poll, written together so that its columns line
+	// up (the first poll's whole list, as kubectl prints it)
+	tableRows  [][][]string
+	customRows [][]string
+	documents  int // JSON and YAML documents written
+	failing    bool
 }
 
 type seenObject struct {
@@ -56,7 +60,7 @@ type seenObject struct {
 func (a *app) watchGet(ctx context.Context, cmd *cobra.Command, p *printer, reqs []request, o *getCmdOptions) error {
 	wt := &watcher{a: a, p: p, w: cmd.OutOrStdout(), stderr: cmd.ErrOrStderr(), reqs: reqs, o: o,
 		seen: make([]map[string]seenObject, len(reqs)), tables: make([]*tableWriter, len(reqs)), headed: make([]bool, len(reqs)),
-		custom: &tableWriter{}}
+		custom: &tableWriter{}, tableRows: make([][][]string, len(reqs))}
 	for i := range reqs {
 		wt.seen[i] = map[string]seenObject{}
 		wt.tables[i] = &tableWriter{}
@@ -185,7 +189,25 @@ func (wt *watcher) show(current [][]named, first bool) error {
 		}
 		wt.seen[i] = next
 	}
-	return nil
+	return wt.flushRows()
+}
+
+// flushRows writes the table rows emit gathered in this poll.
+func (wt *watcher) flushRows() error {
+	for i, rows := range wt.tableRows {
+		if len(rows) > 0 {
+			if err := wt.tables[i].write(wt.w, rows); err != nil {
+				return err
+			}
+		}
+		wt.tableRows[i] = nil
+	}
+	rows := wt.customRows
+	wt.customRows = nil
+	if len(rows) == 0 {
+		return nil
+	}
+	return wt.custom.write(wt.w, rows)
 }
 
 // render is how an object prints, to tell whether it changed.
@@ -204,7 +226,8 @@ func (wt *watcher) render(i int, obj map[string]any) (string, error) {
 	return string(b), err
 }
 
-// emit prints one object that was added, changed or deleted.
+// emit prints one object that was added, changed or deleted (a table
+// row at the end of the poll, see flushRows).
 func (wt *watcher) emit(i int, event string, obj map[string]any) error {
 	p, r := wt.p, wt.reqs[i].r
 	switch p.format {
@@ -227,7 +250,8 @@ func (wt *watcher) emit(i int, event string, obj map[string]any) error {
 		if wt.o.watchEvents {
 			row = append([]string{event}, row...)
 		}
-		return wt.tables[i].write(wt.w, append(rows, row))
+		wt.tableRows[i] = append(wt.tableRows[i], append(rows, row)...)
+		return nil
 	case FormatCustomColumns:
 		var rows [][]string
 		if !wt.customHeaded && !p.noHeaders {
@@ -245,7 +269,8 @@ func (wt *watcher) emit(i int, event string, obj map[string]any) error {
 		if wt.o.watchEvents {
 			row = append([]string{event}, row...)
 		}
-		return wt.custom.write(wt.w, append(rows, row))
+		wt.customRows = append(wt.customRows, append(rows, row)...)
+		return nil
 	case FormatName:
 		line := nameOf(r, obj)
 		if wt.o.watchEvents {

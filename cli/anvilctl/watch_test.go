@@ -80,3 +80,43 @@ func TestWatchWithoutOrgEnds(t *testing.T) {
 		}
 	}
 }
+
+// get -w prints the objects of a poll as one table, so the first list's
+// columns line up as get's do; each row used to be sized on its own.
+func TestWatchAlignsEachPoll(t *testing.T) {
+	var out bytes.Buffer
+	p := mustPrinter(t, "custom-columns=HOST:.hostname,RACK:.labels.rack")
+	wt := &watcher{p: p, w: &out, reqs: []request{{r: kind(t, "machines")}}, o: &getCmdOptions{watchEvents: true},
+		seen: []map[string]seenObject{{}}, tables: []*tableWriter{{}}, headed: []bool{false}, custom: &tableWriter{},
+		tableRows: make([][][]string, 1)}
+	poll := func(hosts ...string) {
+		t.Helper()
+		var objs []named
+		for _, h := range hosts {
+			objs = append(objs, named{h, obj(`{"uuid":"` + h + `","hostname":"` + h + `","labels":{"rack":"r1"}}`)})
+		}
+		if err := wt.show([][]named{objs}, out.Len() == 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	poll("w1", "longerhost")
+	poll("w1", "longerhost", "w3")
+	want := "EVENT   HOST         RACK\nADDED   w1           r1\nADDED   longerhost   r1\nADDED   w3           r1\n"
+	if out.String() != want {
+		t.Fatalf("custom-columns:\n%s\nwant:\n%s", out.String(), want)
+	}
+
+	out.Reset()
+	wt.p, wt.o.watchEvents = mustPrinter(t, "table"), false
+	wt.seen[0] = map[string]seenObject{}
+	poll("w1", "longerhost")
+	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("table:\n%s", out.String())
+	}
+	for _, l := range lines[1:] {
+		if strings.Index(l, "-") != strings.Index(lines[0], "STATUS") {
+			t.Errorf("the rows do not line up under STATUS:\n%s", out.String())
+		}
+	}
+}

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -99,6 +102,7 @@ type JetStreamStore struct {
 	reg    *Registry
 	now    func() time.Time
 	actor  string
+	pipe   pipeline // AppendMany's publisher
 }
 
 // SetDefaultActor names the actor of events appended without one in their
@@ -118,62 +122,164 @@ func NewJetStreamStore(ctx context.Context, js jetstream.JetStream, reg *Registr
 // Registry returns the registry the store encodes payloads with.
 func (s *JetStreamStore) Registry() *Registry { return s.reg }
 
-func (s *JetStreamStore) Append(ctx context.Context, ref AggregateRef, expected uint64, drafts ...Draft) (_ []Envelope, err error) {
-	ctx, span := tracer.Start(ctx, "append "+ref.Type, trace.WithSpanKind(trace.SpanKindProducer),
-		trace.WithAttributes(
-			attribute.String("messaging.system", "nats"),
-			attribute.String("messaging.destination.name", ref.Subject()),
-			attribute.String("anvil.org", ref.Org),
-			attribute.Int("messaging.batch.message_count", len(drafts)),
-		))
-	defer func() { endSpan(span, err) }()
-	defer observeAppend(ref.Type, time.Now(), &err)
+func (s *JetStreamStore) Append(ctx context.Context, ref AggregateRef, expected uint64, drafts ...Draft) ([]Envelope, error) {
+	op := s.beginAppend(ctx, ref, expected, drafts)
+	for op.pending() {
+		out := outgoingPool.Get().(*outgoing)
+		op.fill(&out.msg, headerBuilder{header: out.header, values: out.values[:0]})
+		ack, err := s.js.PublishMsg(op.ctx, &out.msg)
+		out.release()
+		op.settle(ack, err)
+	}
+	return op.end()
+}
 
-	envs, err := seal(ctx, s.reg, ref, s.now(), s.actor, drafts)
-	if err != nil {
-		return nil, err
+// outgoing is an event's message with room for its header values, used
+// again and again: a publish encodes the headers and copies the payload
+// into the connection's buffer as it sends, and keeps the message only
+// until it returns (synchronous) or until its answer comes (asynchronous:
+// to send it again if no server answered).
+type outgoing struct {
+	msg    nats.Msg
+	header nats.Header
+	values [12]string // the envelope's headers and the two expectations
+}
+
+var outgoingPool = sync.Pool{New: func() any { return &outgoing{header: make(nats.Header, 12)} }}
+
+// release hands out back to the pool, keeping none of its strings alive.
+func (out *outgoing) release() {
+	clear(out.header)
+	clear(out.values[:])
+	out.msg = nats.Msg{}
+	outgoingPool.Put(out)
+}
+
+// appendOp is one append under way, the same for Append (it waits for
+// each publish) and AppendMany (it publishes asynchronously): its
+// envelopes, the version its next event expects, its span and metrics.
+type appendOp struct {
+	s        *JetStreamStore
+	ctx      context.Context // carries the append's span
+	span     trace.Span
+	bound    *appendBinding
+	start    time.Time
+	ref      AggregateRef
+	subject  string
+	timeText string // the envelopes' time, as its header carries it
+	expected uint64
+	drafts   int
+	envs     []Envelope
+	stored   int // envs[:stored] are in the log
+	err      error
+}
+
+// spanAttributes are the buffers end gives a span its attributes in.
+var spanAttributes = sync.Pool{New: func() any { return new([7]attribute.KeyValue) }}
+
+// producerSpan is the option of every append's span, made once: a
+// variadic option list made per call escapes to the heap.
+var producerSpan = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindProducer)}
+
+// beginAppend starts the span of an append and seals its envelopes.
+func (s *JetStreamStore) beginAppend(ctx context.Context, ref AggregateRef, expected uint64, drafts []Draft) appendOp {
+	op := appendOp{s: s, ref: ref, subject: ref.Subject(), expected: expected, drafts: len(drafts),
+		start: time.Now(), bound: bindingFor(ref)}
+	op.ctx, op.span = tracer.Start(ctx, op.bound.spanName, producerSpan...)
+	op.envs, op.err = seal(op.ctx, s.reg, ref, s.now(), s.actor, drafts)
+	if op.err == nil {
+		op.timeText = formatHeaderTime(op.envs[0].Time)
 	}
-	subject := ref.Subject()
-	for i := range envs {
-		msg := EncodeMsg(&envs[i])
-		opts := []jetstream.PublishOpt{jetstream.WithMsgID(envs[i].ID), jetstream.WithExpectStream(StreamName)}
-		if expected != Any {
-			opts = append(opts, jetstream.WithExpectLastSequencePerSubject(expected))
-		}
-		ack, err := s.js.PublishMsg(ctx, msg, opts...)
-		if err != nil {
-			var apiErr *jetstream.APIError
-			if errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-				apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) {
-				// The expectation is checked before deduplication (always on a
-				// single server; in a cluster once the duplicate window has
-				// passed), so a retry of an append that did land looks like a
-				// conflict.
-				seq, found, err := s.findSince(ctx, subject, expected, envs[i].ID)
-				if err != nil {
-					// Not knowing whether the event is stored is no lost race:
-					// the caller must retry the same events, not decide anew.
-					return envs[:i], fmt.Errorf("events: appending %s to %s: version %d was not current, and whether "+
-						"an earlier attempt stored event %s could not be checked: %w", envs[i].Type, ref, expected, envs[i].ID, err)
-				}
-				if found {
-					envs[i].Sequence, expected = seq, seq
-					continue
-				}
-				appendConflicts.Inc()
-				return envs[:i], &ConflictError{Ref: ref, Expected: expected, Actual: s.lastSeq(ctx, subject)}
-			}
-			return envs[:i], fmt.Errorf("events: appending %s to %s: %w", envs[i].Type, ref, err)
-		}
-		envs[i].Sequence = ack.Sequence
-		if expected != Any {
-			expected = ack.Sequence
-		}
-		appended.WithLabelValues(ref.Type).Inc()
+	return op
+}
+
+// pending reports whether an event is left to publish.
+func (op *appendOp) pending() bool { return op.err == nil && op.stored < len(op.envs) }
+
+// fill makes m the message of the next event, with its headers in h: its
+// envelope, the stream it must land in, and the aggregate version it
+// expects (the headers jetstream.WithExpectStream and
+// WithExpectLastSequencePerSubject set, put in directly, as the
+// envelope's Nats-Msg-Id already is).
+func (op *appendOp) fill(m *nats.Msg, h headerBuilder) {
+	env := &op.envs[op.stored]
+	h.envelope(env, op.timeText)
+	h.set(jetstream.ExpectedStreamHeader, StreamName)
+	if op.expected != Any {
+		h.set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(op.expected, 10))
 	}
-	span.SetAttributes(attribute.Int64("anvil.version", int64(envs[len(envs)-1].Sequence)),
-		attribute.String("anvil.event_type", envs[0].Type), attribute.String("anvil.event_id", envs[0].ID))
-	return envs, nil
+	m.Subject, m.Header, m.Data = op.subject, h.header, env.Payload
+}
+
+// settle takes the answer to the next event's publish: stored, stored by
+// an earlier attempt, a lost race, or an error.
+func (op *appendOp) settle(ack *jetstream.PubAck, err error) {
+	env := &op.envs[op.stored]
+	switch {
+	case err == nil:
+		env.Sequence = ack.Sequence
+		if op.expected != Any {
+			op.expected = ack.Sequence
+		}
+		op.bound.appended.Inc()
+		op.stored++
+	case !wrongLastSequence(err):
+		op.err = fmt.Errorf("events: appending %s to %s: %w", env.Type, op.ref, err)
+	default:
+		// The expectation is checked before deduplication (always on a
+		// single server; in a cluster once the duplicate window has
+		// passed), so a retry of an append that did land looks like a
+		// conflict.
+		seq, found, lerr := op.s.findSince(op.ctx, op.subject, op.expected, env.ID)
+		switch {
+		case lerr != nil:
+			// Not knowing whether the event is stored is no lost race:
+			// the caller must retry the same events, not decide anew.
+			op.err = fmt.Errorf("events: appending %s to %s: version %d was not current, and whether "+
+				"an earlier attempt stored event %s could not be checked: %w", env.Type, op.ref, op.expected, env.ID, lerr)
+		case found:
+			env.Sequence, op.expected = seq, seq
+			op.stored++
+		default:
+			appendConflicts.Inc()
+			op.err = &ConflictError{Ref: op.ref, Expected: op.expected, Actual: op.s.lastSeq(op.ctx, op.subject)}
+		}
+	}
+}
+
+func wrongLastSequence(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
+
+// end records the append's outcome and returns what Append returns: the
+// stored envelopes, and on failure the error.
+func (op *appendOp) end() ([]Envelope, error) {
+	observeAppend(op.bound, op.ref.Type, op.start, op.err)
+	if op.span.IsRecording() {
+		// Set in one call at the end, as each call grows the span's
+		// attribute list anew, from a buffer used again: a span copies
+		// the attributes it is given.
+		buf := spanAttributes.Get().(*[7]attribute.KeyValue)
+		attrs := append(buf[:0],
+			attribute.String("messaging.system", "nats"),
+			attribute.String("messaging.destination.name", op.subject),
+			attribute.String("anvil.org", op.ref.Org),
+			attribute.Int("messaging.batch.message_count", op.drafts))
+		if op.err == nil {
+			attrs = append(attrs, attribute.Int64("anvil.version", int64(op.envs[len(op.envs)-1].Sequence)),
+				attribute.String("anvil.event_type", op.envs[0].Type), attribute.String("anvil.event_id", op.envs[0].ID))
+		}
+		op.span.SetAttributes(attrs...)
+		clear(buf[:])
+		spanAttributes.Put(buf)
+	}
+	endSpan(op.span, op.err)
+	if op.err != nil {
+		return op.envs[:op.stored], op.err
+	}
+	return op.envs, nil
 }
 
 // lastSeq is the aggregate's current version, for the conflict report.

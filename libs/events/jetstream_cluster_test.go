@@ -45,10 +45,17 @@ type ack struct {
 // acknowledged event is in the log exactly once, at the sequence its
 // acknowledgement named, in order, and nothing else is.
 func TestClusterAppendsSurviveLeaderLoss(t *testing.T) {
+	testAppendsSurviveLeaderLoss(t, func(s *events.JetStreamStore) events.Store { return s })
+}
+
+// testAppendsSurviveLeaderLoss is TestClusterAppendsSurviveLeaderLoss with
+// the appends made through the store that through makes of the cluster's.
+func testAppendsSurviveLeaderLoss(t *testing.T, through func(*events.JetStreamStore) events.Store) {
 	seed := eventstest.Seed(t, uint64(time.Now().UnixNano()))
 	rng := rand.New(rand.NewPCG(seed, 0))
 	c := eventstest.StartCluster(t)
-	store, _ := c.Store(t, testRegistry(), events.StreamOptions{})
+	clusterStore, _ := c.Store(t, testRegistry(), events.StreamOptions{})
+	store := through(clusterStore)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	ref := events.AggregateRef{Org: "acme", Type: "machine", ID: "m1"}

@@ -70,18 +70,26 @@ func TestUncheckableRetryIsNotAConflict(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// The lookup waits for an answer that never comes; the deadline ends it.
-	bctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	_, err = blind.Append(bctx, ref, 0, draft)
-	var conflict *events.ConflictError
-	switch {
-	case err == nil:
-		t.Fatal("retry whose landing could not be checked answered success")
-	case errors.As(err, &conflict) || errs.Is(err, errs.KindConflict):
-		t.Fatalf("retry whose landing could not be checked answered a conflict: %v", err)
-	case !strings.Contains(err.Error(), draft.ID):
-		t.Errorf("error %q does not name the event", err)
+	retries := map[string]func(context.Context) error{
+		"Append": func(ctx context.Context) error { _, err := blind.Append(ctx, ref, 0, draft); return err },
+		"AppendMany": func(ctx context.Context) error {
+			return blind.AppendMany(ctx, []events.AppendRequest{{Ref: ref, Expected: 0, Drafts: []events.Draft{draft}}})[0].Err
+		},
+	}
+	for name, retry := range retries {
+		// The lookup waits for an answer that never comes; the deadline ends it.
+		bctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err = retry(bctx)
+		cancel()
+		var conflict *events.ConflictError
+		switch {
+		case err == nil:
+			t.Fatalf("%s: retry whose landing could not be checked answered success", name)
+		case errors.As(err, &conflict) || errs.Is(err, errs.KindConflict):
+			t.Fatalf("%s: retry whose landing could not be checked answered a conflict: %v", name, err)
+		case !strings.Contains(err.Error(), draft.ID):
+			t.Errorf("%s: error %q does not name the event", name, err)
+		}
 	}
 
 	again, err := writer.Append(ctx, ref, 0, draft)

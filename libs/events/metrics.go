@@ -2,6 +2,7 @@ package events
 
 import (
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -24,16 +25,49 @@ var (
 	}, []string{"aggregate", "outcome"})
 )
 
-// observeAppend records one Append of aggregate type aggregate that began
-// at start and ended with *err.
-func observeAppend(aggregate string, start time.Time, err *error) {
-	outcome := "ok"
+// appendBinding is what every append of one aggregate type reuses: its
+// span name and the metrics of its successful path, bound to their label
+// values once, since hashing label values and building the name cost as
+// much as the rest of an append's own work. The conflict and error
+// outcomes look theirs up when they happen, so that no series appears
+// before its first observation.
+type appendBinding struct {
+	spanName string
+	appended prometheus.Counter
+	ok       prometheus.Observer
+}
+
+var appendBindings sync.Map // aggregate type -> *appendBinding
+
+// bindingFor returns the binding of ref's aggregate type. A ref that is
+// not valid gets one of its own, made for the occasion: its append fails
+// before anything is counted, and its type must not stay in the map.
+func bindingFor(ref AggregateRef) *appendBinding {
+	if b, ok := appendBindings.Load(ref.Type); ok {
+		return b.(*appendBinding)
+	}
+	if ref.Validate() != nil {
+		return &appendBinding{spanName: "append " + ref.Type}
+	}
+	b, _ := appendBindings.LoadOrStore(ref.Type, &appendBinding{
+		spanName: "append " + ref.Type,
+		appended: appended.WithLabelValues(ref.Type),
+		ok:       appendDuration.WithLabelValues(ref.Type, "ok"),
+	})
+	return b.(*appendBinding)
+}
+
+// observeAppend records one append of aggregate type aggregate that began
+// at start and ended with err.
+func observeAppend(b *appendBinding, aggregate string, start time.Time, err error) {
+	if err == nil {
+		b.ok.Observe(time.Since(start).Seconds())
+		return
+	}
+	outcome := "error"
 	var conflict *ConflictError
-	switch {
-	case errors.As(*err, &conflict):
+	if errors.As(err, &conflict) {
 		outcome = "conflict"
-	case *err != nil:
-		outcome = "error"
 	}
 	appendDuration.WithLabelValues(aggregate, outcome).Observe(time.Since(start).Seconds())
 }

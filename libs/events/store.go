@@ -149,11 +149,8 @@ func seal(ctx context.Context, reg *Registry, ref AggregateRef, now time.Time, d
 	if len(drafts) == 0 {
 		return nil, errs.Invalid("events", "an append needs at least one event")
 	}
-	trace := map[string]string{}
-	otel.GetTextMapPropagator().Inject(ctx, MapCarrier(trace))
-	if len(trace) == 0 {
-		trace = nil
-	}
+	var trace lazyMapCarrier
+	otel.GetTextMapPropagator().Inject(ctx, &trace)
 	corr := Correlation(ctx)
 	actor := Actor(ctx)
 	if actor == "" {
@@ -187,10 +184,23 @@ func seal(ctx context.Context, reg *Registry, ref AggregateRef, now time.Time, d
 			ID: id, Type: name, SchemaVersion: version,
 			Org: ref.Org, AggregateType: ref.Type, AggregateID: ref.ID,
 			Time: now.UTC(), Actor: actor, CorrelationID: corr, CausationID: Causation(ctx),
-			Trace: trace, Payload: body,
+			Trace: trace.m, Payload: body,
 		}
 	}
 	return out, nil
+}
+
+// lazyMapCarrier is a MapCarrier made only once a propagator sets a
+// value: without tracing, an append allocates no trace map.
+type lazyMapCarrier struct{ m map[string]string }
+
+func (c *lazyMapCarrier) Get(key string) string { return MapCarrier(c.m).Get(key) }
+func (c *lazyMapCarrier) Keys() []string        { return MapCarrier(c.m).Keys() }
+func (c *lazyMapCarrier) Set(key, value string) {
+	if c.m == nil {
+		c.m = make(map[string]string, 2) // traceparent, and rarely tracestate
+	}
+	MapCarrier(c.m).Set(key, value)
 }
 
 // ExtractTrace returns ctx continuing the trace recorded in env.

@@ -26,30 +26,65 @@ const (
 
 // EncodeMsg returns the NATS message that stores env.
 func EncodeMsg(env *Envelope) *nats.Msg {
-	h := nats.Header{}
-	h.Set(HeaderEventID, env.ID)
-	h.Set(HeaderEventType, env.Type)
-	h.Set(HeaderSchemaVersion, strconv.Itoa(env.SchemaVersion))
-	h.Set(HeaderTime, env.Time.UTC().Format(time.RFC3339Nano))
-	setIf(h, HeaderActor, escapeHeader(env.Actor))
-	setIf(h, HeaderCorrelation, escapeHeader(env.CorrelationID))
-	setIf(h, HeaderCausation, escapeHeader(env.CausationID))
-	// Lowercase keys, as the W3C propagator reads them (nats.Header.Set
-	// would canonicalise them).
-	if tp := env.Trace["traceparent"]; tp != "" {
-		h[headerTraceparent] = []string{tp}
-	}
-	if ts := env.Trace["tracestate"]; ts != "" {
-		h[headerTracestate] = []string{ts}
-	}
-	return &nats.Msg{Subject: env.Ref().Subject(), Header: h, Data: env.Payload}
+	h := newHeaderBuilder(envelopeHeaders(env))
+	h.envelope(env, formatHeaderTime(env.Time))
+	return &nats.Msg{Subject: env.Ref().Subject(), Header: h.header, Data: env.Payload}
 }
 
-func setIf(h nats.Header, k, v string) {
+// headerBuilder fills a nats.Header whose values share one backing array,
+// one allocation for all of them rather than one per header: a message is
+// built on every append. Keys go in as given, so they must be in the
+// canonical form nats.Header.Set would give them (TestHeaderKeysCanonical),
+// except the trace context's, which stay lowercase.
+type headerBuilder struct {
+	header nats.Header
+	values []string
+}
+
+func newHeaderBuilder(n int) headerBuilder {
+	return headerBuilder{header: make(nats.Header, n), values: make([]string, 0, n)}
+}
+
+func (b *headerBuilder) set(k, v string) {
+	b.values = append(b.values, v)
+	n := len(b.values)
+	b.header[k] = b.values[n-1 : n : n]
+}
+
+func (b *headerBuilder) setIf(k, v string) {
 	if v != "" {
-		h.Set(k, v)
+		b.set(k, v)
 	}
 }
+
+// envelopeHeaders is the number of headers envelope sets for env.
+func envelopeHeaders(env *Envelope) int {
+	n := 4 // id, type, schema version, time
+	for _, v := range [...]string{env.Actor, env.CorrelationID, env.CausationID, env.Trace[headerTraceparent], env.Trace[headerTracestate]} {
+		if v != "" {
+			n++
+		}
+	}
+	return n
+}
+
+// envelope sets the headers that carry env's metadata; timeText is
+// formatHeaderTime(env.Time), which the events of one append share.
+func (b *headerBuilder) envelope(env *Envelope, timeText string) {
+	b.set(HeaderEventID, env.ID)
+	b.set(HeaderEventType, env.Type)
+	b.set(HeaderSchemaVersion, strconv.Itoa(env.SchemaVersion))
+	b.set(HeaderTime, timeText)
+	b.setIf(HeaderActor, escapeHeader(env.Actor))
+	b.setIf(HeaderCorrelation, escapeHeader(env.CorrelationID))
+	b.setIf(HeaderCausation, escapeHeader(env.CausationID))
+	// Lowercase keys, as the W3C propagator reads them (nats.Header.Set
+	// would canonicalise them).
+	b.setIf(headerTraceparent, env.Trace[headerTraceparent])
+	b.setIf(headerTracestate, env.Trace[headerTracestate])
+}
+
+func formatHeaderTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
 // DecodeMsg rebuilds the envelope of a stored message.
 func DecodeMsg(subject string, h nats.Header, data []byte, seq uint64) (*Envelope, error) {

@@ -52,6 +52,22 @@ func DNSLabel(s string) error {
 	return nil
 }
 
+// errOrgID is the one reason every service gives for a bad organization
+// id, so that a caller reads the same rule whichever service refused it.
+var errOrgID = errors.New("must be an organization id: 1 to 63 lowercase letters, digits and '-', starting and ending with a letter or digit (an RFC 1123 label)")
+
+// OrgID checks an organization id. It is an RFC 1123 label because it is a
+// NATS subject token (events.<org>.…) and appears in URLs and hostnames;
+// that also keeps out the platform's own "_platform". The registry creates
+// organizations with this rule and every other service checks the org of
+// a request with it, so no service refuses an organization that exists.
+func OrgID(s string) error {
+	if DNSLabel(s) != nil {
+		return errOrgID
+	}
+	return nil
+}
+
 // DNSSubdomain checks an RFC 1123 subdomain: dot-separated labels, at
 // most 253 characters.
 func DNSSubdomain(s string) error {

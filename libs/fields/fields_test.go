@@ -101,3 +101,47 @@ func TestPoolAndNodeNames(t *testing.T) {
 		t.Errorf("NodeName without a hostname = %q", got)
 	}
 }
+
+// TestOrgID pins the organization ids every service accepts: the set the
+// registry has always created (an RFC 1123 label), refused with one reason.
+func TestOrgID(t *testing.T) {
+	for _, tc := range []struct {
+		id   string
+		want bool
+	}{
+		{"a", true},
+		{"0", true},
+		{"acme", true},
+		{"a-1", true},
+		{"a--b", true},
+		{"123", true},
+		{strings.Repeat("x", 63), true},
+		{"", false},
+		{"-", false},
+		{"-a", false},
+		{"a-", false},
+		{"A", false},
+		{"Acme", false},
+		{"a.b", false},
+		{"a_b", false},
+		{"_platform", false},
+		{"a b", false},
+		{"ä", false},
+		{"a*", false},
+		{"a>", false},
+		{strings.Repeat("x", 64), false},
+	} {
+		err := OrgID(tc.id)
+		switch {
+		case tc.want && err != nil:
+			t.Errorf("OrgID(%q) = %v, want it accepted", tc.id, err)
+		case !tc.want && err == nil:
+			t.Errorf("OrgID(%q) accepted, want it refused", tc.id)
+		case !tc.want && err.Error() != errOrgID.Error():
+			t.Errorf("OrgID(%q) = %q, want the one reason %q", tc.id, err, errOrgID)
+		}
+		if (err == nil) != (DNSLabel(tc.id) == nil) {
+			t.Errorf("OrgID(%q) and DNSLabel disagree: the registry has always created DNS labels", tc.id)
+		}
+	}
+}

@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/anvil-fleet/anvil/agent v0.0.0
 	github.com/anvil-fleet/anvil/libs/events v0.0.0
+	github.com/anvil-fleet/anvil/libs/fields v0.0.0
 	github.com/anvil-fleet/anvil/services/registry v0.0.0
 	github.com/anvil-fleet/anvil/services/revisions v0.0.0
 	github.com/coreos/ignition/v2 v2.27.0
@@ -19,7 +20,6 @@ require (
 require (
 	github.com/ThreeDotsLabs/watermill v1.5.1 // indirect
 	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect
-	github.com/anvil-fleet/anvil/libs/fields v0.0.0 // indirect
 	github.com/aws/aws-sdk-go-v2 v1.43.4 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/anvil-fleet/anvil/libs/events"
+	"github.com/anvil-fleet/anvil/libs/events/clock"
 	"github.com/anvil-fleet/anvil/libs/events/errs"
 )
 
@@ -46,7 +47,7 @@ type Retry struct {
 	// that racing writers spread out and each round lets one through); nil:
 	// math/rand/v2. SeededJitter makes a reproducible one.
 	Jitter func(bound time.Duration) time.Duration
-	// Sleep waits d or until ctx ends; nil: a timer. Tests pass one that
+	// Sleep waits d or until ctx ends; nil: clock.Sleep. Tests pass one that
 	// records the waits instead of waiting.
 	Sleep func(ctx context.Context, d time.Duration) error
 }
@@ -359,23 +360,12 @@ func (x *Executor[S]) backoff(ctx context.Context, n int) error {
 	}
 	sleep := x.Retry.Sleep
 	if sleep == nil {
-		sleep = sleepCtx
+		sleep = clock.Sleep
 	}
 	if err := sleep(ctx, jitter(bound)); err != nil {
 		return errs.Unavailable("gave up after losing a race: %v", err)
 	}
 	return nil
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 func stale(ref events.AggregateRef, expected, actual uint64) error {

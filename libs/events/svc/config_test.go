@@ -100,3 +100,31 @@ func TestCheckConfig(t *testing.T) {
 		t.Fatalf("a good configuration: %v", err)
 	}
 }
+
+// TestListenAddressesAndReplicasAreCheckedUpFront: a listen address that
+// cannot be bound and zero stream replicas stop the program with the
+// settings read, naming the variable, not at bind time after connecting.
+func TestListenAddressesAndReplicasAreCheckedUpFront(t *testing.T) {
+	for addr, ok := range map[string]bool{
+		"127.0.0.1:9101": true, ":8080": true, "[::1]:0": true, "localhost:65535": true,
+		"garbage": false, "127.0.0.1": false, "127.0.0.1:http": false, ":65536": false, "host:": false,
+	} {
+		if err := CheckListenAddr(addr); (err == nil) != ok {
+			t.Errorf("CheckListenAddr(%q) = %v, want ok %v", addr, err, ok)
+		}
+	}
+	ResetConfigErrors()
+	t.Cleanup(ResetConfigErrors)
+	t.Setenv("ANVIL_STREAM_REPLICAS", "0")
+	t.Setenv("ANVIL_REGISTRY_ADMIN_ADDR", "garbage")
+	var c Config
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	c.RegisterFlags(fs, "registry", "")
+	_ = fs.Parse(nil)
+	err := CheckConfig(fs, c.Validate)
+	for _, want := range []string{"--stream-replicas (env ANVIL_STREAM_REPLICAS) = 0: must be 1 to 5", `--admin-addr (env ANVIL_REGISTRY_ADMIN_ADDR) = "garbage": must be host:port`} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v does not say %s", err, want)
+		}
+	}
+}

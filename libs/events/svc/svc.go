@@ -123,13 +123,33 @@ func ResetConfigErrors() {
 // Validate checks the shared settings whose values come from a fixed set.
 func (c *Config) Validate() error {
 	var errs []error
-	if c.StreamReplicas < 0 || c.StreamReplicas > 5 {
+	if c.StreamReplicas < 1 || c.StreamReplicas > 5 {
 		errs = append(errs, fmt.Errorf("--stream-replicas (env ANVIL_STREAM_REPLICAS) = %d: must be 1 to 5, as JetStream allows", c.StreamReplicas))
+	}
+	if c.AdminAddr != "" {
+		if err := CheckListenAddr(c.AdminAddr); err != nil {
+			errs = append(errs, fmt.Errorf("--admin-addr (env ANVIL_%s_ADMIN_ADDR) = %q: %v", upper(c.Service), c.AdminAddr, err))
+		}
 	}
 	if err := CheckLogSettings(c.LogLevel, c.LogFormat); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// CheckListenAddr checks a listen address (host:port, the host optional,
+// the port a number up to 65535, 0 for any free port) when the settings
+// are read, so that a typo stops the program naming its setting instead
+// of failing later at bind time.
+func CheckListenAddr(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return errors.New("must be host:port, such as 127.0.0.1:8080 or :8080")
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return fmt.Errorf("the port %q must be a number from 0 to 65535", port)
+	}
+	return nil
 }
 
 // CheckLogSettings reports a log level or format that NewLogger would not
@@ -184,6 +204,7 @@ type Runtime struct {
 
 	started atomic.Bool // see Started
 	closers []func(context.Context) error
+	life    lifecycle // see Go, Project, HandleEvents, OnStop and Wait
 }
 
 // Options adjust Start for the in-process dev stack and tests.
@@ -195,6 +216,7 @@ type Options struct {
 // Start connects to NATS, ensures the streams, and opens the store.
 func Start(ctx context.Context, cfg Config, reg *events.Registry, o Options) (*Runtime, error) {
 	rt := &Runtime{Config: cfg, Registry: reg, Log: o.Logger, Health: NewHealth()}
+	rt.life.init(ctx)
 	if rt.Log == nil {
 		rt.Log = telemetry.NewLogger(cfg.Service, cfg.LogLevel, cfg.LogFormat)
 	}
@@ -293,8 +315,11 @@ func retryStartup(ctx context.Context, log *slog.Logger, what string, fn func(co
 // OnClose registers fn to run at Close, in reverse order.
 func (rt *Runtime) OnClose(fn func(context.Context) error) { rt.closers = append(rt.closers, fn) }
 
-// Close releases everything Start and OnClose set up.
+// Close stops the service as Wait does, if Wait did not (a service that
+// failed while starting), then releases everything Start and OnClose set
+// up.
 func (rt *Runtime) Close(ctx context.Context) {
+	rt.stop()
 	for i := len(rt.closers) - 1; i >= 0; i-- {
 		if err := rt.closers[i](ctx); err != nil {
 			rt.Log.Warn("close", "err", err)
@@ -322,7 +347,8 @@ func liftStreamDeadline(h http.Handler) http.Handler {
 	})
 }
 
-// Serve listens on addr and serves h until Shutdown.
+// Serve listens on addr and serves h until Shutdown; the server's Addr is
+// the address it listens on (the port chosen, when addr's is 0).
 func Serve(addr string, h http.Handler, log *slog.Logger) (*http.Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -334,7 +360,8 @@ func Serve(addr string, h http.Handler, log *slog.Logger) (*http.Server, error) 
 		// WriteTimeout (a stream, such as an operation log over SSE,
 		// lifts its own write deadline), and idle keep-alive
 		// connections close.
-		ReadTimeout: ReadTimeout, WriteTimeout: WriteTimeout, IdleTimeout: IdleTimeout}
+		ReadTimeout: ReadTimeout, WriteTimeout: WriteTimeout, IdleTimeout: IdleTimeout,
+		Addr: ln.Addr().String()} // the actual address, when addr's port is 0
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("http server stopped", "addr", addr, "err", err)

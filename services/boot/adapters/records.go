@@ -15,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/anvil-fleet/anvil/libs/events/clock"
 	"github.com/anvil-fleet/anvil/libs/events/errs"
 	"github.com/anvil-fleet/anvil/services/boot/api"
 	"github.com/anvil-fleet/anvil/services/boot/domain/record"
@@ -127,7 +128,7 @@ func (s *Records) Watch(ctx context.Context, log *slog.Logger) {
 		w, err := s.kv.WatchAll(ctx, jetstream.UpdatesOnly(), jetstream.MetaOnly())
 		if err != nil {
 			log.Warn("watching the boot records failed; retrying", "err", err)
-			sleepCtx(ctx, time.Second)
+			_ = clock.Sleep(ctx, time.Second)
 			continue
 		}
 		s.hub.notifyAll()
@@ -137,15 +138,6 @@ func (s *Records) Watch(ctx context.Context, log *slog.Logger) {
 			}
 		}
 		_ = w.Stop()
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
 	}
 }
 

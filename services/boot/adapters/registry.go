@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/anvil-fleet/anvil/libs/events"
+	"github.com/anvil-fleet/anvil/libs/events/clock"
 	"github.com/anvil-fleet/anvil/libs/events/errs"
 	regapi "github.com/anvil-fleet/anvil/services/registry/api"
 )
@@ -51,12 +52,8 @@ func (r Registry) GetMachineAt(ctx context.Context, org, uuid string, seq uint64
 		if err != nil && !errs.Is(err, errs.KindNotFound) {
 			return regapi.Machine{}, err
 		}
-		t := time.NewTimer(100 * time.Millisecond)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return regapi.Machine{}, ctx.Err()
-		case <-t.C:
+		if err := clock.Sleep(ctx, 100*time.Millisecond); err != nil {
+			return regapi.Machine{}, err
 		}
 	}
 	rep, err := r.Client.GetMachine(ctx, regapi.MachineGet{Org: org, UUID: uuid, At: strconv.FormatUint(seq, 10)})

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/anvil-fleet/anvil/libs/events"
+	"github.com/anvil-fleet/anvil/libs/events/clock"
 	"github.com/anvil-fleet/anvil/libs/events/errs"
 	"github.com/anvil-fleet/anvil/services/boot/app"
 	revapi "github.com/anvil-fleet/anvil/services/revisions/api"
@@ -329,6 +330,12 @@ func FollowMachineEvents(ctx context.Context, js jetstream.JetStream, types []st
 // re-subscribes after any failure until ctx ends. degraded says what runs
 // without it, for the log.
 func follow(ctx context.Context, js jetstream.JetStream, aggregateType string, log *slog.Logger, degraded string, fn func(jetstream.Msg, events.AggregateRef)) {
+	followFrom(ctx, js, aggregateType, log, degraded, nil, fn)
+}
+
+// followFrom is follow, calling subscribed (if not nil) each time it has
+// (re)subscribed: events appended between two subscriptions are not seen.
+func followFrom(ctx context.Context, js jetstream.JetStream, aggregateType string, log *slog.Logger, degraded string, subscribed func(), fn func(jetstream.Msg, events.AggregateRef)) {
 	for ctx.Err() == nil {
 		cons, err := js.OrderedConsumer(ctx, events.StreamName, jetstream.OrderedConsumerConfig{
 			FilterSubjects: []string{events.FilterSubject("", aggregateType, "")},
@@ -337,13 +344,16 @@ func follow(ctx context.Context, js jetstream.JetStream, aggregateType string, l
 		})
 		if err != nil {
 			log.Warn("cannot follow "+aggregateType+" events; "+degraded, "err", err)
-			sleepCtx(ctx, 5*time.Second)
+			_ = clock.Sleep(ctx, 5*time.Second)
 			continue
 		}
 		it, err := cons.Messages()
 		if err != nil {
-			sleepCtx(ctx, 5*time.Second)
+			_ = clock.Sleep(ctx, 5*time.Second)
 			continue
+		}
+		if subscribed != nil {
+			subscribed()
 		}
 		stop := context.AfterFunc(ctx, it.Stop)
 		for {

@@ -123,8 +123,14 @@ type App struct {
 	Assets   Assets
 	Keys     signing.Keys
 	Settings Settings
-	Log      *slog.Logger
-	Now      func() time.Time
+	// Known answers /ipxe for machines that boot again (nil: every
+	// /ipxe asks the registry).
+	Known *KnownMachines
+	// LastIgnitions records Ignition runs in the registry off the request
+	// path (nil: /ignition records them itself).
+	LastIgnitions *LastIgnitions
+	Log           *slog.Logger
+	Now           func() time.Time
 	// Rand returns a number in [0,1) that spreads retry delays.
 	Rand func() float64
 }

@@ -17,5 +17,5 @@ func (a *App) ChainScript(ctx context.Context, req ScriptRequest) Script {
 		return a.refuse(ctx, "/boot.ipxe", ref, q.Attempt, ipxe.ChainURL(req.Base, q.Token, q.Attempt+1))
 	}
 	ipxeScripts.WithLabelValues("chain").Inc()
-	return Script{Body: ipxe.ChainScript(ipxe.MachineURL(req.Base, q.Token, 0)), Kind: "chain"}
+	return Script{Body: []byte(ipxe.ChainScript(ipxe.MachineURL(req.Base, q.Token, 0))), Kind: "chain"}
 }

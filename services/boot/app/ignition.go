@@ -22,7 +22,7 @@ import (
 // machine revision (through the cache), swaps the credential placeholder
 // for a new agent credential, remembers which machine revision it served
 // (the agent reports it by id) and records the Ignition run in the
-// registry.
+// registry (afterwards, with LastIgnitions).
 //
 // Refusals are errors of errs' kinds; the HTTP port turns them into
 // statuses that Ignition handles sensibly (see docs/boot.md): a refused
@@ -59,6 +59,11 @@ func (a *App) Ignition(ctx context.Context, rawQuery string) ([]byte, error) {
 			"org", claims.Org, "uuid", uuid, "cause", string(rec.Revoked.Cause))
 	}
 	m, err := a.Registry.GetMachine(ctx, claims.Org, uuid)
+	if reason, _ := stale(m, claims); err != nil || reason != "" {
+		// /ipxe may have answered from memory what changed since: the
+		// next boot asks the registry.
+		a.forgetKnown(claims.Org, uuid)
+	}
 	switch {
 	case errs.Is(err, errs.KindNotFound):
 		return nil, a.ignitionRefused(ctx, "machine_gone", errs.Forbidden("machine %s no longer exists in organization %s", uuid, claims.Org), "org", claims.Org, "uuid", uuid)
@@ -93,8 +98,11 @@ func (a *App) Ignition(ctx context.Context, rawQuery string) ([]byte, error) {
 		return nil, a.ignitionRefused(ctx, "records_unavailable", asUnavailable(err, "the boot records"), "org", claims.Org, "uuid", uuid, "err", err)
 	}
 	// The timestamp is best effort: a machine is not kept from booting
-	// because its Last Ignition could not be written.
-	if err := a.Registry.Command(ctx, claims.Org, uuid, regapi.RecordIgnition{At: now}); err != nil {
+	// because its Last Ignition could not be written, nor waits for it
+	// (LastIgnitions records it afterwards).
+	if a.LastIgnitions != nil {
+		a.LastIgnitions.Queue(claims.Org, uuid, now)
+	} else if err := a.Registry.Command(ctx, claims.Org, uuid, regapi.RecordIgnition{At: now}); err != nil {
 		recordFailures.WithLabelValues("last_ignition").Inc()
 		a.Log.WarnContext(ctx, "Last Ignition not recorded", "org", claims.Org, "uuid", uuid, "err", err)
 	}
@@ -127,6 +135,12 @@ func stale(m regapi.Machine, c signing.BootClaims) (reason, detail string) {
 			c.Revision, c.Pool, m.TargetRevision, m.CurrentRevision) + again
 	}
 	return "", ""
+}
+
+func (a *App) forgetKnown(org, uuid string) {
+	if a.Known != nil {
+		a.Known.Forget(org, uuid, 0)
+	}
 }
 
 func (a *App) ignitionRefused(ctx context.Context, reason string, err error, attrs ...any) error {

@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"math"
 	"strings"
 	"time"
@@ -14,8 +15,10 @@ import (
 
 // MachineScript answers GET /ipxe?uuid&mac&token[&attempt]: it registers
 // the machine through the registry (which verifies the enrollment token and
-// records the iPXE boot) and then either boots it (kernel, initrd and an
-// Ignition URL with a per-boot token) or, while it has no pool or no target
+// records the iPXE boot), or answers a machine that booted before and did
+// not change since from memory (KnownMachines), and then either boots it
+// (kernel, initrd and an Ignition URL with a per-boot token) or, while it
+// has no pool or no target
 // revision, tells it to wait and ask again with a growing delay.
 func (a *App) MachineScript(ctx context.Context, req ScriptRequest) Script {
 	const endpoint = "/ipxe"
@@ -29,27 +32,86 @@ func (a *App) MachineScript(ctx context.Context, req ScriptRequest) Script {
 	// registry hears of the boot, so that it knows until when a machine
 	// waiting in this loop is alive (the rollout's sanity checks).
 	delay := a.backoff(q.Attempt)
-	reply, err := a.Registry.SelfRegister(ctx, regapi.SelfRegister{EnrollmentToken: q.Token, UUID: q.UUID, MAC: q.MAC, At: now,
-		RetryIn: time.Duration(delay) * time.Second})
+	boot := regapi.SelfRegister{EnrollmentToken: q.Token, UUID: q.UUID, MAC: q.MAC, At: now, RetryIn: time.Duration(delay) * time.Second}
+	var kb KnownBoot
+	known := false
+	if a.Known != nil {
+		// A machine that booted before and did not change since is
+		// answered from memory; the registry hears of the boot afterwards.
+		kb, known = a.Known.Boot(boot, now)
+	}
+	m := kb.Machine
+	if !known {
+		var ticket KnownTicket
+		if a.Known != nil {
+			ticket = a.Known.Ticket()
+		}
+		reply, err := a.Registry.SelfRegister(ctx, boot)
+		if err != nil {
+			return a.refuse(ctx, endpoint, registryRefusal(err), q.Attempt, retry, "uuid", q.UUID, "err", err)
+		}
+		m = reply.Machine
+		if reply.Created {
+			a.Log.InfoContext(ctx, "machine registered itself", "org", m.Org, "uuid", m.UUID, "mac", q.MAC)
+		}
+		if waiting := waitReason(m); waiting != "" {
+			ipxeScripts.WithLabelValues("wait").Inc()
+			a.Log.DebugContext(ctx, "machine waits", "org", m.Org, "uuid", m.UUID, "why", waiting, "attempt", q.Attempt, "retry_in_s", delay)
+			msgs := []string{fmt.Sprintf("machine %s is registered in organization %s (status %s)", m.UUID, m.Org, m.Status), waiting}
+			return Script{Body: []byte(ipxe.WaitScript(msgs, delay, q.Attempt, retry)), Kind: "wait"}
+		}
+		if a.Known != nil {
+			a.Known.Remember(ticket, boot, reply.MachineReply, now)
+		}
+	}
+
+	var prep *preparedBoot
+	if known {
+		prep = kb.preparedAt(req.Base)
+	}
+	if prep == nil {
+		var refusal *Script
+		if prep, refusal = a.prepareBoot(ctx, req, m, q, retry); refusal != nil {
+			return *refusal
+		}
+		if known {
+			a.Known.keepPrepared(kb, req.Base, prep)
+		}
+	}
+	tok := a.Keys.SignBoot(signing.BootClaims{
+		Org: m.Org, UUID: m.UUID, Pool: m.Pool, Revision: m.TargetRevision, Expires: now.Add(a.Settings.BootTokenTTL), Issued: now,
+	})
+	body, err := prep.script.AppendScript(nil, ipxe.IgnitionURL(req.IgnitionBase, m.UUID, tok), delay, retry)
 	if err != nil {
-		return a.refuse(ctx, endpoint, registryRefusal(err), q.Attempt, retry, "uuid", q.UUID, "err", err)
+		return a.refuse(ctx, endpoint, ipxe.Refuse(ipxe.ReasonConfigInvalid, "the boot script cannot be built: %v", err), q.Attempt, retry, "org", m.Org, "uuid", m.UUID)
 	}
-	m := reply.Machine
-	log := a.Log.With("org", m.Org, "uuid", m.UUID)
-	if reply.Created {
-		log.InfoContext(ctx, "machine registered itself", "mac", q.MAC)
+	bootScripts.Inc()
+	if a.Log.Enabled(ctx, slog.LevelInfo) {
+		a.Log.InfoContext(ctx, "machine boots", "org", m.Org, "uuid", m.UUID, "pool", m.Pool, "revision", m.TargetRevision,
+			"flatcar", prep.flatcar, "from_memory", known)
 	}
+	return Script{Body: body, Kind: "boot"}
+}
 
-	if waiting := waitReason(m); waiting != "" {
-		ipxeScripts.WithLabelValues("wait").Inc()
-		log.DebugContext(ctx, "machine waits", "why", waiting, "attempt", q.Attempt, "retry_in_s", delay)
-		msgs := []string{fmt.Sprintf("machine %s is registered in organization %s (status %s)", m.UUID, m.Org, m.Status), waiting}
-		return Script{Body: ipxe.WaitScript(msgs, delay, q.Attempt, retry), Kind: "wait"}
-	}
+// bootScripts is looked up once: it is counted on every /ipxe that boots.
+var bootScripts = ipxeScripts.WithLabelValues("boot")
 
+// preparedBoot is what a machine's boot script holds but for what each
+// request changes: it stands as long as the machine does not change (the
+// Flatcar image of a pool revision never does).
+type preparedBoot struct {
+	script  *ipxe.PreparedBoot
+	flatcar string
+}
+
+// prepareBoot renders machine m's boot script up to what each request
+// changes, or the refusal that answers the request instead.
+func (a *App) prepareBoot(ctx context.Context, req ScriptRequest, m regapi.Machine, q ipxe.MachineQuery, retry string) (*preparedBoot, *Script) {
+	const endpoint = "/ipxe"
 	fc, err := a.Revisions.Flatcar(ctx, m.Org, m.Pool, m.TargetRevision)
 	if err != nil {
-		return a.refuse(ctx, endpoint, revisionsRefusal(err, m.Org, m.Pool, m.TargetRevision), q.Attempt, retry, "org", m.Org, "uuid", m.UUID, "err", err)
+		s := a.refuse(ctx, endpoint, revisionsRefusal(err, m.Org, m.Pool, m.TargetRevision), q.Attempt, retry, "org", m.Org, "uuid", m.UUID, "err", err)
+		return nil, &s
 	}
 	template := a.Settings.AssetBaseURL
 	if strings.HasPrefix(template, "/") {
@@ -57,28 +119,21 @@ func (a *App) MachineScript(ctx context.Context, req ScriptRequest) Script {
 	}
 	assets, err := ipxe.AssetBase(template, fc.Channel, fc.Version)
 	if err != nil {
-		return a.refuse(ctx, endpoint, ipxe.Refuse(ipxe.ReasonConfigInvalid, "no image URL for Flatcar %s %s: %v", fc.Channel, fc.Version, err),
+		s := a.refuse(ctx, endpoint, ipxe.Refuse(ipxe.ReasonConfigInvalid, "no image URL for Flatcar %s %s: %v", fc.Channel, fc.Version, err),
 			q.Attempt, retry, "org", m.Org, "uuid", m.UUID)
+		return nil, &s
 	}
-	tok := a.Keys.SignBoot(signing.BootClaims{
-		Org: m.Org, UUID: m.UUID, Pool: m.Pool, Revision: m.TargetRevision, Expires: now.Add(a.Settings.BootTokenTTL), Issued: now,
-	})
-	body, err := ipxe.BootScript(ipxe.Boot{
+	p, err := ipxe.PrepareBoot(ipxe.Boot{
 		Messages: []string{fmt.Sprintf("machine %s (organization %s) boots revision %d of pool %s: Flatcar %s %s",
 			m.UUID, m.Org, m.TargetRevision, m.Pool, fc.Channel, fc.Version)},
-		AssetBase:   assets,
-		IgnitionURL: ipxe.IgnitionURL(req.IgnitionBase, m.UUID, tok),
-		KernelArgs:  a.Settings.KernelArgs,
-		RetryDelay:  delay,
-		Attempt:     q.Attempt,
-		RetryURL:    retry,
+		AssetBase:  assets,
+		KernelArgs: a.Settings.KernelArgs,
 	})
 	if err != nil {
-		return a.refuse(ctx, endpoint, ipxe.Refuse(ipxe.ReasonConfigInvalid, "the boot script cannot be built: %v", err), q.Attempt, retry, "org", m.Org, "uuid", m.UUID)
+		s := a.refuse(ctx, endpoint, ipxe.Refuse(ipxe.ReasonConfigInvalid, "the boot script cannot be built: %v", err), q.Attempt, retry, "org", m.Org, "uuid", m.UUID)
+		return nil, &s
 	}
-	ipxeScripts.WithLabelValues("boot").Inc()
-	log.InfoContext(ctx, "machine boots", "pool", m.Pool, "revision", m.TargetRevision, "flatcar", fc.Channel+"/"+fc.Version)
-	return Script{Body: body, Kind: "boot"}
+	return &preparedBoot{script: p, flatcar: fc.Channel + "/" + fc.Version}, nil
 }
 
 // waitReason says why a registered machine cannot boot a revision yet, or

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/anvil-fleet/anvil/libs/events/errs"
+	"github.com/anvil-fleet/anvil/libs/fields"
 	"github.com/anvil-fleet/anvil/services/boot/api"
 	"github.com/anvil-fleet/anvil/services/boot/domain/ipxe"
 	"github.com/anvil-fleet/anvil/services/boot/domain/record"
@@ -62,9 +63,7 @@ func (a *App) GetStartupLog(ctx context.Context, q api.MachineRef) (api.StartupL
 // checkMachineRef validates an org and a UUID and returns the UUID in
 // canonical form.
 func checkMachineRef(f *errs.Fields, org, uuid string) string {
-	if !orgLabel(org) {
-		f.Add("org", "must be an organization id (an RFC 1123 label)")
-	}
+	checkOrg(f, org)
 	id, err := ipxe.ParseUUID(uuid)
 	if err != nil {
 		f.Add("uuid", "%v", err)
@@ -72,15 +71,10 @@ func checkMachineRef(f *errs.Fields, org, uuid string) string {
 	return id
 }
 
-func orgLabel(s string) bool {
-	if s == "" || len(s) > 63 || s[0] == '-' || s[len(s)-1] == '-' {
-		return false
+// checkOrg validates an organization id with the rule every service
+// shares (fields.OrgID, the registry's organization id).
+func checkOrg(f *errs.Fields, org string) {
+	if err := fields.OrgID(org); err != nil {
+		f.Add("org", "%v", err)
 	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
-			return false
-		}
-	}
-	return true
 }

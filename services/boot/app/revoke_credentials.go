@@ -70,9 +70,7 @@ func (a *App) RevokeCredentials(ctx context.Context, org, id string, seq uint64,
 		return nil
 	}
 	var f errs.Fields
-	if !orgLabel(org) {
-		f.Add("org", "must be an organization id (an RFC 1123 label)")
-	}
+	checkOrg(&f, org)
 	uuid, err := ipxe.ParseUUID(id)
 	if err != nil {
 		f.Add("uuid", "%v", err)

@@ -22,7 +22,7 @@ type ScriptRequest struct {
 // Script is an iPXE script and what it says. Every script is a valid
 // "#!ipxe" script served with HTTP 200.
 type Script struct {
-	Body    string
+	Body    []byte
 	Kind    string        // chain, wait, boot or refusal
 	Refusal *ipxe.Refusal // set for refusals
 }
@@ -33,7 +33,7 @@ func (a *App) refuse(ctx context.Context, endpoint string, ref *ipxe.Refusal, at
 	ipxeScripts.WithLabelValues("refusal").Inc()
 	attrs = append(attrs, "endpoint", endpoint, "reason", string(ref.Reason), "detail", ref.Message, "attempt", attempt)
 	a.Log.WarnContext(ctx, "iPXE request refused; the firmware is told why and retries", attrs...)
-	return Script{Body: ipxe.RefusalScript(ref, a.backoff(attempt), attempt, retryURL), Kind: "refusal", Refusal: ref}
+	return Script{Body: []byte(ipxe.RefusalScript(ref, a.backoff(attempt), attempt, retryURL)), Kind: "refusal", Refusal: ref}
 }
 
 // Internal answers a request that failed unexpectedly (a panic, say) with a

@@ -50,6 +50,9 @@ func (a *App) StoreInstruction(ctx context.Context, eventOrg string, eventTime t
 		return asUnavailable(err, "the boot records")
 	}
 	if stored {
+		// The machine reboots into what it is to boot now: its next /ipxe
+		// asks the registry rather than memory.
+		a.forgetKnown(p.Org, p.UUID)
 		instructionEvents.WithLabelValues("stored").Inc()
 		a.Log.InfoContext(ctx, "instruction stored for delivery", "org", p.Org, "uuid", p.UUID, "instruction", p.InstructionID,
 			"kind", p.Kind, "pool", p.Pool, "revision", p.Revision)

@@ -17,6 +17,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
@@ -65,9 +66,13 @@ type server struct {
 	app *app.App
 	o   HTTPOptions
 	log *slog.Logger
+	// lastBase is the last base URL a request's Host made that passed
+	// CheckBaseURL: firmware asks with the same Host, so it is checked once.
+	lastBase atomic.Pointer[string]
 }
 
-// NewHTTP returns the handler of one listener, wrapped with OpenTelemetry.
+// NewHTTP returns the handler of one listener, wrapped with OpenTelemetry
+// (except the iPXE scripts).
 func NewHTTP(a *app.App, o HTTPOptions) http.Handler {
 	if o.Log == nil {
 		o.Log = slog.Default()
@@ -93,16 +98,34 @@ func NewHTTP(a *app.App, o HTTPOptions) http.Handler {
 	for _, dir := range []string{bootapi.AgentDir, bootapi.SysextDir, bootapi.FlatcarDir} {
 		mux.HandleFunc("GET /"+dir+"/", s.asset)
 	}
-	return otelhttp.NewHandler(svc.HTTPMetrics("boot", accessLog(s.log, recoverer(s.log, mux))), "boot",
+	served := svc.HTTPMetrics("boot", accessLog(s.log, recoverer(s.log, mux)))
+	traced := otelhttp.NewHandler(served, "boot",
 		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
 			if r.Pattern != "" {
 				return r.Pattern
 			}
 			return r.Method + " " + r.URL.Path
 		}))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The iPXE scripts are what a whole rack asks at once, mostly
+		// answered from memory: they are counted and logged, but not
+		// traced, since a span per script costs more than the answer.
+		if r.URL.Path == "/ipxe" || r.URL.Path == "/boot.ipxe" {
+			served.ServeHTTP(w, r)
+			return
+		}
+		traced.ServeHTTP(w, r)
+	})
 }
 
 // ---- iPXE ----
+
+// The iPXE answers' header values, shared (never modified): a rack asks
+// for scripts at once, and Header.Set would allocate them per request.
+var (
+	scriptTypeHeader = []string{scriptType}
+	noStoreHeader    = []string{"no-store"}
+)
 
 // script serves an iPXE endpoint: always 200 and a script, whatever
 // happened, including a panic.
@@ -120,10 +143,10 @@ func (s *server) script(endpoint string, fn func(context.Context, app.ScriptRequ
 			}()
 			sc = fn(r.Context(), req)
 		}()
-		w.Header().Set("Content-Type", scriptType)
-		w.Header().Set("Cache-Control", "no-store")
+		h := w.Header()
+		h["Content-Type"], h["Cache-Control"] = scriptTypeHeader, noStoreHeader
 		w.WriteHeader(http.StatusOK)
-		_, _ = io.WriteString(w, sc.Body)
+		_, _ = w.Write(sc.Body)
 	}
 }
 
@@ -138,7 +161,12 @@ func (s *server) baseURL(r *http.Request) string {
 	if r.TLS != nil {
 		scheme = "https"
 	}
-	if u := scheme + "://" + r.Host; r.Host != "" && ipxe.CheckBaseURL(u) == nil {
+	u := scheme + "://" + r.Host
+	if last := s.lastBase.Load(); last != nil && *last == u {
+		return u
+	}
+	if r.Host != "" && ipxe.CheckBaseURL(u) == nil {
+		s.lastBase.Store(&u)
 		return u
 	}
 	if a, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {

@@ -15,6 +15,7 @@ import (
 	"github.com/anvil-fleet/anvil/services/boot/app"
 	"github.com/anvil-fleet/anvil/services/boot/service"
 	regapi "github.com/anvil-fleet/anvil/services/registry/api"
+	regservice "github.com/anvil-fleet/anvil/services/registry/service"
 	"github.com/anvil-fleet/anvil/services/revisions/domain/cluster"
 	"github.com/anvil-fleet/anvil/services/revisions/domain/pool"
 	"github.com/anvil-fleet/anvil/services/revisions/domain/render"
@@ -70,6 +71,7 @@ func bootStorm(b *testing.B, prepare bool) {
 	workers := min(256, n)
 	s := newStack(b, func(o *stackOptions) {
 		o.logLevel = slog.LevelError
+		o.registry = benchRegistry
 		o.boot = func(c *service.Config) {
 			// every machine revision of the storm stays cached (about 5 KiB each)
 			c.IgnitionCacheBytes = 512 << 20
@@ -135,23 +137,7 @@ func bootStorm(b *testing.B, prepare bool) {
 		// 2. setup: the rollout's part, not timed
 		b.StopTimer()
 		setupStart := time.Now()
-		assign, err := eventstest.Parallel(n, 64, func(i int) error {
-			for _, c := range []regapi.MachineCommand{regapi.AssignToPool{Pool: "workers"}, regapi.SetTargetRevision{Revision: 1}} {
-				for attempt := 0; ; attempt++ {
-					_, err := s.reg.Machine(s.ctx, "acme", benchUUID(i), c, 0)
-					if err == nil {
-						break
-					}
-					// The registry decides on its projection, which may
-					// lag the storm by a moment.
-					if !errs.Is(err, errs.KindNotFound) || attempt > 100 {
-						return err
-					}
-					time.Sleep(50 * time.Millisecond)
-				}
-			}
-			return nil
-		})
+		assign, err := assignBenchMachines(s, n)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -234,8 +220,8 @@ func bootStorm(b *testing.B, prepare bool) {
 		b.ReportMetric(float64(n)/ignitionCold.Seconds(), "ignition_first_req/s")
 		b.ReportMetric(float64(n)/ignition.Seconds(), "ignition_again_req/s")
 		b.ReportMetric(float64(n)/baselineTime.Seconds(), "ignition_baseline_req/s")
-		b.ReportMetric(baselineTime.Seconds()/ignitionCold.Seconds(), "first_vs_baseline_x")
-		b.ReportMetric(baselineTime.Seconds()/ignition.Seconds(), "again_vs_baseline_x")
+		b.ReportMetric(baselineTime.Seconds()/ignitionCold.Seconds(), "x_baseline_first")
+		b.ReportMetric(baselineTime.Seconds()/ignition.Seconds(), "x_baseline_warm")
 		b.ReportMetric(total.Seconds(), "first_storm_s")
 		if prepare {
 			b.ReportMetric(prepared.Seconds(), "assign_and_prepare_s")
@@ -258,6 +244,33 @@ func bootStorm(b *testing.B, prepare bool) {
 			b.Logf("Ignition cache: %d entries", s.boot.Cache.Len())
 		}
 	}
+}
+
+// benchRegistry lets a whole rack register at once (the enrollment rate
+// limit is not what the benchmarks measure).
+func benchRegistry(c *regservice.Config) { c.EnrollmentRate = -1 }
+
+// assignBenchMachines assigns the registered bench machines 0..n-1 of acme
+// to pool workers with target revision 1 (the rollout's part).
+func assignBenchMachines(s *stack, n int) (time.Duration, error) {
+	return eventstest.Parallel(n, 64, func(i int) error {
+		for _, c := range []regapi.MachineCommand{regapi.AssignToPool{Pool: "workers"}, regapi.SetTargetRevision{Revision: 1}} {
+			for attempt := 0; ; attempt++ {
+				_, err := s.reg.Machine(s.ctx, "acme", benchUUID(i), c, 0)
+				if err == nil {
+					break
+				}
+				// The registry decides on its projection, which may
+				// lag the storm by a moment (a machine it has not
+				// applied yet does not exist).
+				if !errs.Is(err, errs.KindNotFound) && !strings.Contains(err.Error(), "does not exist") || attempt > 100 {
+					return err
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		}
+		return nil
+	})
 }
 
 func benchUUID(i int) string { return fmt.Sprintf("5a5a5a5a-0000-4000-8000-%012x", i+1) }

@@ -26,6 +26,8 @@ const (
 	DefaultCacheBytes   = 64 << 20
 	DefaultCacheTTL     = 10 * time.Minute
 	DefaultInstrTTL     = time.Hour
+	DefaultKnownTTL     = 10 * time.Minute
+	DefaultReportEvery  = 10 * time.Second
 )
 
 // Config is the boot service's configuration. Zero values take the
@@ -105,6 +107,14 @@ type Config struct {
 	// targeted with a revision, ahead of its boot (0 means 1, negative
 	// disables). --prepare-workers / ANVIL_BOOT_PREPARE_WORKERS.
 	PrepareWorkers int
+	// IPXEKnownTTL is how long /ipxe answers a machine that booted before
+	// from memory, without asking the registry (0 or less: always ask).
+	// --ipxe-known-ttl / ANVIL_BOOT_IPXE_KNOWN_TTL.
+	IPXEKnownTTL time.Duration
+	// IPXEReportInterval spaces the reports of boots answered from memory
+	// to the registry: at most one per machine per interval, carrying its
+	// latest boot. --ipxe-report-interval / ANVIL_BOOT_IPXE_REPORT_INTERVAL.
+	IPXEReportInterval time.Duration
 }
 
 // RegisterFlags binds the service's flags, each with an environment default.
@@ -144,6 +154,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"how long a rendered Ignition config is reused (env ANVIL_BOOT_IGNITION_CACHE_TTL)")
 	fs.IntVar(&c.PrepareWorkers, "prepare-workers", svc.EnvInt("ANVIL_BOOT_PREPARE_WORKERS", 1),
 		"workers that render a machine's Ignition ahead of its boot when it is targeted with a revision; -1 disables (env ANVIL_BOOT_PREPARE_WORKERS)")
+	fs.DurationVar(&c.IPXEKnownTTL, "ipxe-known-ttl", svc.EnvDuration("ANVIL_BOOT_IPXE_KNOWN_TTL", DefaultKnownTTL),
+		"how long /ipxe answers a machine that booted before and did not change since from memory, without asking the registry; negative: always ask (env ANVIL_BOOT_IPXE_KNOWN_TTL)")
+	fs.DurationVar(&c.IPXEReportInterval, "ipxe-report-interval", svc.EnvDuration("ANVIL_BOOT_IPXE_REPORT_INTERVAL", DefaultReportEvery),
+		"boots answered from memory are reported to the registry afterwards, at most once per machine per interval (env ANVIL_BOOT_IPXE_REPORT_INTERVAL)")
 	fs.DurationVar(&c.InstructionTTL, "instruction-ttl", svc.EnvDuration("ANVIL_BOOT_INSTRUCTION_TTL", DefaultInstrTTL),
 		"how long an instruction without its own expiry waits to be accepted by the agent (env ANVIL_BOOT_INSTRUCTION_TTL)")
 }
@@ -172,6 +186,10 @@ func (c Config) withDefaults() (Config, error) {
 	defD(&c.RetryMax, DefaultRetryMax)
 	defD(&c.IgnitionCacheTTL, DefaultCacheTTL)
 	defD(&c.InstructionTTL, DefaultInstrTTL)
+	if c.IPXEKnownTTL == 0 {
+		c.IPXEKnownTTL = DefaultKnownTTL
+	}
+	defD(&c.IPXEReportInterval, DefaultReportEvery)
 	if c.PrepareWorkers == 0 {
 		c.PrepareWorkers = 1
 	}
@@ -181,6 +199,14 @@ func (c Config) withDefaults() (Config, error) {
 	var problems []string
 	add := func(flag, env string, err error) {
 		problems = append(problems, fmt.Sprintf("--%s / %s: %v", flag, env, err))
+	}
+	if err := svc.CheckListenAddr(c.Listen); err != nil {
+		add("listen", "ANVIL_BOOT_ADDR", fmt.Errorf("%q: %v", c.Listen, err))
+	}
+	if c.TLSListen != "" {
+		if err := svc.CheckListenAddr(c.TLSListen); err != nil {
+			add("tls-listen", "ANVIL_BOOT_TLS_ADDR", fmt.Errorf("%q: %v", c.TLSListen, err))
+		}
 	}
 	c.PublicURL = strings.TrimSuffix(c.PublicURL, "/")
 	if c.PublicURL != "" {

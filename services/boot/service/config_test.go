@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/anvil-fleet/anvil/libs/events/svc"
 )
 
 func TestConfigDefaultsAndErrors(t *testing.T) {
@@ -64,7 +66,7 @@ func TestConfigAssets(t *testing.T) {
 			t.Errorf("%s: %v, want it to say %q", name, err, c.want)
 		}
 	}
-	if err := (Config{PublicURL: "http://10.0.0.5:8081/", AssetsDir: dir, SysextMirror: mirror}).Validate(); err != nil {
+	if err := (Config{Config: svc.Config{StreamReplicas: 1}, PublicURL: "http://10.0.0.5:8081/", AssetsDir: dir, SysextMirror: mirror}).Validate(); err != nil {
 		t.Errorf("good settings: %v", err)
 	}
 }

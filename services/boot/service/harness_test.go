@@ -75,6 +75,7 @@ type stack struct {
 
 type stackOptions struct {
 	boot       func(*service.Config)
+	registry   func(*regservice.Config)
 	hooks      service.Hooks
 	logLevel   slog.Level
 	bootListen string
@@ -97,8 +98,11 @@ func newStack(t testing.TB, opts ...func(*stackOptions)) *stack {
 	// registry
 	ready := make(chan *regservice.Service, 1)
 	s.stopRegistry = s.run("registry", func(ctx context.Context) error {
-		return regservice.Start(ctx, regservice.Config{Config: svc.Config{Service: "registry", StreamReplicas: 1}},
-			svc.Options{Conn: s.conn(), Logger: logger("registry")}, ready)
+		cfg := regservice.Config{Config: svc.Config{Service: "registry", StreamReplicas: 1}}
+		if o.registry != nil {
+			o.registry(&cfg)
+		}
+		return regservice.Start(ctx, cfg, svc.Options{Conn: s.conn(), Logger: logger("registry")}, regservice.Hooks{Ready: ready})
 	}, func() { s.regs = <-ready })
 
 	// boot, first: the revisions service renders its URL into Ignition

@@ -75,7 +75,7 @@ func Run(ctx context.Context, cfg Config, o svc.Options) error {
 	return Start(ctx, cfg, o, Hooks{})
 }
 
-// Start runs the service until ctx ends.
+// Start runs the service until ctx ends or its background work fails.
 func Start(ctx context.Context, cfg Config, o svc.Options, h Hooks) error {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -101,18 +101,14 @@ func Start(ctx context.Context, cfg Config, o svc.Options, h Hooks) error {
 		return err
 	}
 	revisions := adapters.NewRevisions(rt.Conn)
-
-	// Background work stops after the listeners.
-	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopBG()
-	go records.Watch(bg, log)
+	rt.Go("boot records watch", func(ctx context.Context) error { records.Watch(ctx, log); return nil })
 
 	s := &Service{}
 	renderer := h.Renderer
 	if renderer == nil {
 		s.Cache = adapters.NewIgnitionCache(revisions.Render, cfg.IgnitionCacheBytes, cfg.IgnitionCacheTTL)
 		defer s.Cache.Close()
-		go s.Cache.WatchClusters(bg, rt.JS, log)
+		rt.Go("cluster changes", func(ctx context.Context) error { s.Cache.WatchClusters(ctx, rt.JS, log); return nil })
 		renderer = s.Cache
 	}
 	s.Assets = newAssetIndex(cfg, log, func(name string) {
@@ -133,16 +129,26 @@ func Start(ctx context.Context, cfg Config, o svc.Options, h Hooks) error {
 	}
 	if cfg.AssetsDir != "" {
 		a.Assets = s.Assets
-		go indexAssets(bg, s.Assets, cfg, log)
+		rt.Go("assets index", func(ctx context.Context) error { indexAssets(ctx, s.Assets, cfg, log); return nil })
 	} else {
 		log.Warn("no --assets-dir / ANVIL_BOOT_ASSETS_DIR: this boot service serves no agent binary and no Kubernetes sysext and does not answer cmd.boot.assets.resolve, so no pool revision can be saved unless another replica has them; `make assets` builds the agent (see docs/boot.md)")
 	}
+	if cfg.IPXEKnownTTL > 0 {
+		a.Known = app.NewKnownMachines(cfg.IPXEKnownTTL, cfg.IPXEReportInterval)
+		rt.Go("iPXE boot reports", func(ctx context.Context) error { a.Known.Run(ctx, a.Registry, log); return nil })
+		rt.Go("known machines", func(ctx context.Context) error { adapters.FollowKnownMachines(ctx, rt.JS, a.Known, log); return nil })
+	}
+	a.LastIgnitions = app.NewLastIgnitions()
+	rt.Go("Last Ignition records", func(ctx context.Context) error { a.LastIgnitions.Run(ctx, a); return nil })
 	a.Defaults()
 	s.App = a
 	if cfg.PrepareWorkers > 0 {
 		s.Preparer = app.NewPreparer(a, prepareQueue)
-		go s.Preparer.Run(bg, cfg.PrepareWorkers)
-		go adapters.FollowMachineEvents(bg, rt.JS, prepareOn, s.Preparer.Enqueue, log)
+		rt.Go("Ignition preparer", func(ctx context.Context) error { s.Preparer.Run(ctx, cfg.PrepareWorkers); return nil })
+		rt.Go("machine changes", func(ctx context.Context) error {
+			adapters.FollowMachineEvents(ctx, rt.JS, prepareOn, s.Preparer.Enqueue, log)
+			return nil
+		})
 	}
 
 	router, err := handler.NewRouter(rt.JS, rt.Registry, rt.Poison, log, handler.Options{})
@@ -150,29 +156,19 @@ func Start(ctx context.Context, cfg Config, o svc.Options, h Hooks) error {
 		return err
 	}
 	ports.RegisterEventHandlers(router, a)
-	routerDone := make(chan error, 1)
-	go func() { routerDone <- router.Run(bg) }()
-	rt.Health.Add("handlers", func(context.Context) error {
-		select {
-		case <-router.Running():
-			return nil
-		default:
-			return errors.New("event handlers are not running yet")
-		}
-	})
-
-	queries := command.NewServer(rt.Conn, api.QueueGroup, 64, log)
-	if err := ports.RegisterQueries(queries, a); err != nil {
-		queries.Close()
-		return err
+	rt.HandleEvents(router)
+	if !rt.CatchUp(ctx) {
+		return rt.Wait(ctx)
 	}
 
+	if err := rt.ServeCommands(api.QueueGroup, 64, func(srv *command.Server) error { return ports.RegisterQueries(srv, a) }); err != nil {
+		return err
+	}
 	// Long polls end when the service stops, not when their wait runs out.
 	reqCtx, stopRequests := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopRequests()
 	plainLn, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
-		queries.Close()
 		return fmt.Errorf("%s: listening on %s: %w", Name, cfg.Listen, err)
 	}
 	s.Addr = plainLn.Addr().String()
@@ -182,13 +178,11 @@ func Start(ctx context.Context, cfg Config, o svc.Options, h Hooks) error {
 		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
 		if err != nil {
 			_ = plainLn.Close()
-			queries.Close()
 			return fmt.Errorf("%s: --tls-cert / --tls-key: %w", Name, err)
 		}
 		ln, err := net.Listen("tcp", cfg.TLSListen)
 		if err != nil {
 			_ = plainLn.Close()
-			queries.Close()
 			return fmt.Errorf("%s: listening on %s: %w", Name, cfg.TLSListen, err)
 		}
 		s.TLSAddr = ln.Addr().String()
@@ -207,6 +201,7 @@ func Start(ctx context.Context, cfg Config, o svc.Options, h Hooks) error {
 	} else {
 		log.Warn("no TLS configured: Ignition (with the cluster's join token and the agent credential) and the agent API are served over plain HTTP; see docs/boot.md")
 	}
+	rt.OnStop(func() { shutdown(servers, stopRequests) })
 	// Boot answers firmware and agents with what the registry and the
 	// revisions service know: it is ready only while they are.
 	rt.DependsOn("registry", "revisions")
@@ -219,21 +214,7 @@ func Start(ctx context.Context, cfg Config, o svc.Options, h Hooks) error {
 	if h.Ready != nil {
 		h.Ready <- s
 	}
-
-	var runErr error
-	select {
-	case <-ctx.Done():
-	case err := <-routerDone:
-		runErr = fmt.Errorf("%s: event handlers stopped: %w", Name, err)
-		routerDone <- nil
-	}
-	shutdown(servers, stopRequests)
-	queries.Close()
-	stopBG()
-	_ = router.Close()
-	<-routerDone
-	log.Info("stopped")
-	return runErr
+	return rt.Wait(ctx)
 }
 
 // signingKeys returns the configured keys, or the generated one.

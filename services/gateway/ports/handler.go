@@ -58,6 +58,11 @@ type handler struct {
 	log    *slog.Logger
 	routes []route
 	tokens *tokenCache
+	// adminSum is AdminTokenHash decoded, so that a request's token is
+	// hashed once, for this comparison and the cache's key alike; nil: no
+	// bootstrap admin (or a hash that is not lower-case hex, which never
+	// matched).
+	adminSum []byte
 }
 
 // route is one operation of the API.
@@ -132,6 +137,9 @@ func NewHandler(d Deps) http.Handler {
 		d.LogWait = 15 * time.Second
 	}
 	h := &handler{Deps: d, log: d.Log, tokens: newTokenCache(d.NC, d.TokenCacheTTL)}
+	if sum, err := hex.DecodeString(d.AdminTokenHash); err == nil && len(sum) == sha256.Size && hex.EncodeToString(sum) == d.AdminTokenHash {
+		h.adminSum = sum
+	}
 	h.routes = append(h.routes, h.registryRoutes()...)
 	h.routes = append(h.routes, h.eventRoutes()...)
 	h.routes = append(h.routes, h.revisionRoutes()...)
@@ -232,13 +240,11 @@ func (h *handler) principal(r *http.Request) (domain.Principal, error) {
 	if !ok || presented == "" {
 		return domain.Principal{}, errs.Unauthorized("an Authorization: Bearer <token> header is required")
 	}
-	if h.AdminTokenHash != "" {
-		sum := sha256.Sum256([]byte(presented))
-		if subtle.ConstantTimeCompare([]byte(hex.EncodeToString(sum[:])), []byte(h.AdminTokenHash)) == 1 {
-			return domain.Principal{TokenID: "bootstrap-admin", Role: domain.RolePlatform}, nil
-		}
+	sum := sha256.Sum256([]byte(presented))
+	if h.adminSum != nil && subtle.ConstantTimeCompare(sum[:], h.adminSum) == 1 {
+		return domain.Principal{TokenID: "bootstrap-admin", Role: domain.RolePlatform}, nil
 	}
-	if p, ok := h.tokens.get(presented); ok {
+	if p, ok := h.tokens.get(sum); ok {
 		return p, nil
 	}
 	p, err := h.Registry.VerifyToken(r.Context(), regapi.TokenVerify{Token: presented, Kind: regapi.KindAPI})
@@ -249,7 +255,7 @@ func (h *handler) principal(r *http.Request) (domain.Principal, error) {
 		return domain.Principal{}, errs.Unauthorized("the token is not valid")
 	}
 	pr := domain.Principal{Org: p.Org, TokenID: p.TokenID, Name: p.Name, Role: domain.Role(p.Role)}
-	h.tokens.put(presented, pr)
+	h.tokens.put(sum, pr)
 	return pr, nil
 }
 

@@ -282,8 +282,8 @@ func (g *schemas) queryParameter(rt route, name string) map[string]any {
 			p["schema"] = map[string]any{"type": "string", "enum": stringsOf(rolloutStatuses...)}
 			p["description"] = `A rollout status, or "active" (not over).`
 		default:
-			p["schema"] = map[string]any{"type": "string", "pattern": statusPattern.String()}
-			p["description"] = "An operation status (a rollout's, or a machine operation's such as running, succeeded or failed)."
+			p["schema"] = map[string]any{"type": "string", "enum": stringsOf(operationStatuses...)}
+			p["description"] = `An operation status (a rollout's, or a machine operation's), or "active" (not over).`
 		}
 	case "kind":
 		p["schema"] = map[string]any{"type": "string", "enum": stringsOf(operationKinds...)}

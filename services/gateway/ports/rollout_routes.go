@@ -40,11 +40,11 @@ var (
 	uuidPattern = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
 	poolPattern = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 
-	// statusPattern: operations of other kinds than rollouts have statuses
-	// of their own, which the rollout service checks.
-	statusPattern   = regexp.MustCompile(`^[a-z_]{1,32}$`)
 	rolloutStatuses = []string{"active", string(rolloutapi.StatusPending), string(rolloutapi.StatusRunning), string(rolloutapi.StatusPaused), string(rolloutapi.StatusSucceeded), string(rolloutapi.StatusFailed), string(rolloutapi.StatusAborted)}
-	operationKinds  = []string{rolloutapi.KindRollout, rolloutapi.KindMaintenanceEnter, rolloutapi.KindMaintenanceExit, rolloutapi.KindDeletion, rolloutapi.KindDeletionAbort, rolloutapi.KindDeletionFinish, rolloutapi.KindUnassign, rolloutapi.KindForceUnassignCleanup, rolloutapi.KindForcedDeletionCleanup, rolloutapi.KindMachine}
+	// operationStatuses: a rollout's, and a machine operation's, which
+	// adds cancelled (a maintenance or deletion called off).
+	operationStatuses = append(slices.Clone(rolloutStatuses), string(rolloutapi.OperationCancelled))
+	operationKinds    = []string{rolloutapi.KindRollout, rolloutapi.KindMaintenanceEnter, rolloutapi.KindMaintenanceExit, rolloutapi.KindDeletion, rolloutapi.KindDeletionAbort, rolloutapi.KindDeletionFinish, rolloutapi.KindUnassign, rolloutapi.KindForceUnassignCleanup, rolloutapi.KindForcedDeletionCleanup, rolloutapi.KindMachine}
 )
 
 // checkID validates the {id} path value.
@@ -76,8 +76,8 @@ func listRequest(r *http.Request, kinds bool) (rolloutapi.ListRequest, error) {
 	case req.Status == "":
 	case !kinds && !slices.Contains(rolloutStatuses, req.Status):
 		f.Add("status", "must be one of %s", strings.Join(rolloutStatuses, ", "))
-	case kinds && !statusPattern.MatchString(req.Status):
-		f.Add("status", "must be an operation status such as running or succeeded")
+	case kinds && !slices.Contains(operationStatuses, req.Status):
+		f.Add("status", "must be one of %s", strings.Join(operationStatuses, ", "))
 	}
 	if kinds {
 		req.Kind = q.Get("kind")

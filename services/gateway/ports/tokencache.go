@@ -21,8 +21,8 @@ import (
 // expiry, can go unnoticed.
 type tokenCache struct {
 	ttl time.Duration
-	mu  sync.Mutex
-	m   map[[32]byte]cachedPrincipal
+	mu  sync.RWMutex // every request reads; a verification or a flush writes
+	m   map[[sha256.Size]byte]cachedPrincipal
 	// quietUntil: for a moment after an organization event nothing is
 	// cached, since the registry's projection may not have applied the
 	// event yet and would still vouch for a token just revoked.
@@ -46,7 +46,7 @@ func newTokenCache(nc *nats.Conn, ttl time.Duration) *tokenCache {
 	if ttl <= 0 || nc == nil {
 		return nil
 	}
-	c := &tokenCache{ttl: ttl, m: map[[32]byte]cachedPrincipal{}}
+	c := &tokenCache{ttl: ttl, m: map[[sha256.Size]byte]cachedPrincipal{}}
 	// events.<org>.org.<id>: core NATS sees every append to the stream
 	sub, err := nc.Subscribe(events.SubjectPrefix+".*.org.*", func(*nats.Msg) { c.flush() })
 	if err != nil {
@@ -56,25 +56,25 @@ func newTokenCache(nc *nats.Conn, ttl time.Duration) *tokenCache {
 	return c
 }
 
-func (c *tokenCache) get(token string) (domain.Principal, bool) {
+// get and put take the token's SHA-256, which the caller has computed
+// already to compare it with the bootstrap admin's.
+func (c *tokenCache) get(k [sha256.Size]byte) (domain.Principal, bool) {
 	if c == nil {
 		return domain.Principal{}, false
 	}
-	k := sha256.Sum256([]byte(token))
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.mu.RLock()
 	e, ok := c.m[k]
+	c.mu.RUnlock()
 	if !ok || time.Now().After(e.expires) {
 		return domain.Principal{}, false
 	}
 	return e.p, true
 }
 
-func (c *tokenCache) put(token string, p domain.Principal) {
+func (c *tokenCache) put(k [sha256.Size]byte, p domain.Principal) {
 	if c == nil {
 		return
 	}
-	k := sha256.Sum256([]byte(token))
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if time.Now().Before(c.quietUntil) {

@@ -71,6 +71,11 @@ const (
 	// Kubernetes catalog that the harness's v1.37.1 API server allows
 	// (1.36.4, 1.37.1), and quick iPXE retries, for a simulated fleet.
 	forKube
+	// ownConns gives the registry and the gateway each its own NATS
+	// connection, as in a deployment (separate processes), rather than
+	// the one they otherwise share with the test: a request and its reply
+	// then cross the server between two clients.
+	ownConns
 )
 
 func startStack(t testing.TB, opts ...stackOption) *stack {
@@ -78,7 +83,14 @@ func startStack(t testing.TB, opts ...stackOption) *stack {
 	env := eventstest.Start(t, app.Registry())
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	t.Cleanup(func() { cancel(); wg.Wait() })
+	var conns []*nats.Conn // ownConns: closed once the services stopped
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+		for _, nc := range conns {
+			nc.Close()
+		}
+	})
 	kube := slices.Contains(opts, forKube)
 	versions := strings.Join(revisions.DefaultKubernetesVersions, ",")
 	if kube {
@@ -96,11 +108,23 @@ func startStack(t testing.TB, opts ...stackOption) *stack {
 		bootCfg.RetryInitial, bootCfg.RetryMax = 200*time.Millisecond, time.Second
 		rolloutCfg.LeaseTTL, rolloutCfg.Poll, rolloutCfg.Replan = 3*time.Second, 500*time.Millisecond, 5*time.Second
 	}
+	conn := func() *nats.Conn {
+		if !slices.Contains(opts, ownConns) {
+			return env.Conn
+		}
+		nc, err := env.Server.Connect()
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, nc)
+		return nc
+	}
 	ready := make(chan *registry.Service, 1)
 	wg.Add(2)
+	regConn, gatewayConn := conn(), conn()
 	go func() {
 		defer wg.Done()
-		_ = registry.Start(ctx, registry.Config{Config: svc.Config{Service: "registry"}}, svc.Options{Conn: env.Conn}, ready)
+		_ = registry.Start(ctx, registry.Config{Config: svc.Config{Service: "registry"}}, svc.Options{Conn: regConn}, registry.Hooks{Ready: ready})
 	}()
 	wg.Add(1)
 	go func() {
@@ -148,7 +172,7 @@ func startStack(t testing.TB, opts ...stackOption) *stack {
 	go func() {
 		defer wg.Done()
 		err := gateway.Run(ctx, gateway.Config{Config: svc.Config{Service: "gateway"}, Listen: addr, AdminTokenHash: hash(adminToken), BodyLimit: 64 << 10,
-			TokenCacheTTL: time.Hour /* so that only the invalidation can make a revocation take effect */}, svc.Options{Conn: env.Conn})
+			TokenCacheTTL: time.Hour /* so that only the invalidation can make a revocation take effect */}, svc.Options{Conn: gatewayConn})
 		if err != nil && ctx.Err() == nil {
 			t.Errorf("gateway: %v", err)
 		}

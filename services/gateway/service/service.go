@@ -70,6 +70,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 // Validate checks the parsed settings; errors name the flag and variable.
 func (c *Config) Validate() error {
 	var errs []error
+	if err := svc.CheckListenAddr(c.Listen); err != nil {
+		errs = append(errs, fmt.Errorf("--listen (env ANVIL_GATEWAY_ADDR) = %q: %v", c.Listen, err))
+	}
 	if c.BodyLimit <= 0 {
 		errs = append(errs, fmt.Errorf("--body-limit (env ANVIL_GATEWAY_BODY_LIMIT) = %d: must be a positive number of bytes", c.BodyLimit))
 	}
@@ -90,8 +93,26 @@ func hashOf(token string) string {
 	return hex.EncodeToString(sum[:])
 }
 
+// Service is a running gateway, for tests and the dev stack.
+type Service struct {
+	// Addr is the API listener's actual address.
+	Addr string
+}
+
+// Hooks adjust a service started by tests and the dev stack.
+type Hooks struct {
+	// Ready receives the service once it serves.
+	Ready chan<- *Service
+}
+
 // Run starts the service and blocks until ctx ends.
-func Run(ctx context.Context, cfg Config, o svc.Options) error {
+func Run(ctx context.Context, cfg Config, o svc.Options) error { return Start(ctx, cfg, o, Hooks{}) }
+
+// Start runs the service until ctx ends or its background work fails.
+func Start(ctx context.Context, cfg Config, o svc.Options, h Hooks) error {
+	if cfg.Service == "" {
+		cfg.Service = Name
+	}
 	if cfg.IdempotencyTTL <= 0 {
 		cfg.IdempotencyTTL = 24 * time.Hour
 	}
@@ -107,26 +128,28 @@ func Run(ctx context.Context, cfg Config, o svc.Options) error {
 	if err != nil {
 		return err
 	}
-	h := ports.NewHandler(ports.Deps{
+	api := ports.NewHandler(ports.Deps{
 		NC: rt.Conn, Registry: regapi.Client{NC: rt.Conn}, Store: rt.Store, Idempotency: idem,
 		AdminTokenHash: cfg.AdminTokenHash, BodyLimit: cfg.BodyLimit, Health: rt.Health, Log: rt.Log,
 		TokenCacheTTL: max(cfg.TokenCacheTTL, 0),
 	})
-	console, err := ui.New(ctx, ui.Options{API: h, JS: rt.JS, Replicas: cfg.StreamReplicas, Log: rt.Log,
+	console, err := ui.New(ctx, ui.Options{API: api, JS: rt.JS, Replicas: cfg.StreamReplicas, Log: rt.Log,
 		BootURL: cfg.ConsoleBootURL, SessionTTL: cfg.ConsoleSessionTTL})
 	if err != nil {
 		return err
 	}
-	srv, err := svc.Serve(cfg.Listen, console.Mount(h), rt.Log)
+	srv, err := svc.Serve(cfg.Listen, console.Mount(api), rt.Log)
 	if err != nil {
 		return err
 	}
-	defer srv.Shutdown(context.WithoutCancel(ctx))
+	rt.OnStop(func() { _ = srv.Shutdown(context.WithoutCancel(ctx)) })
 	// Every route but /version and the console's static pages is a call
 	// to one of these: the gateway is ready only while they are.
 	rt.DependsOn("registry", "revisions", "rollout")
 	rt.Started()
-	rt.Log.Info("started", "listen", cfg.Listen)
-	<-ctx.Done()
-	return nil
+	rt.Log.Info("started", "listen", srv.Addr)
+	if h.Ready != nil {
+		h.Ready <- &Service{Addr: srv.Addr}
+	}
+	return rt.Wait(ctx)
 }

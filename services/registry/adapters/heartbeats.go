@@ -1,3 +1,5 @@
+// Package adapters connects the registry to JetStream: the KV buckets of
+// heartbeats, iPXE boots, enrollment limits and versions.
 package adapters
 
 import (

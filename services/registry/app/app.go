@@ -10,7 +10,6 @@ import (
 	"github.com/anvil-fleet/anvil/libs/events"
 	"github.com/anvil-fleet/anvil/libs/events/aggregate"
 	"github.com/anvil-fleet/anvil/libs/events/errs"
-	"github.com/anvil-fleet/anvil/services/registry/adapters"
 	"github.com/anvil-fleet/anvil/services/registry/domain/enrollment"
 	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
 	"github.com/anvil-fleet/anvil/services/registry/domain/org"
@@ -24,9 +23,9 @@ type Machines interface {
 
 // Orgs reads the organization projection.
 type Orgs interface {
-	Get(id string) (adapters.OrgView, error)
-	List() []adapters.OrgView
-	ByToken(tokenID string) (adapters.OrgView, bool)
+	Get(id string) (readmodel.OrgView, error)
+	List() []readmodel.OrgView
+	ByToken(tokenID string) (readmodel.OrgView, bool)
 }
 
 // Heartbeats stores last-seen times.

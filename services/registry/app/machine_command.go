@@ -8,8 +8,8 @@ import (
 	"github.com/anvil-fleet/anvil/libs/events"
 	"github.com/anvil-fleet/anvil/libs/events/aggregate"
 	"github.com/anvil-fleet/anvil/libs/events/errs"
-	"github.com/anvil-fleet/anvil/services/registry/adapters/wire"
 	"github.com/anvil-fleet/anvil/services/registry/api"
+	"github.com/anvil-fleet/anvil/services/registry/app/wire"
 	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
 )
 

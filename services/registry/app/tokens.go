@@ -4,8 +4,8 @@ import (
 	"context"
 
 	"github.com/anvil-fleet/anvil/libs/events/errs"
-	"github.com/anvil-fleet/anvil/services/registry/adapters/wire"
 	"github.com/anvil-fleet/anvil/services/registry/api"
+	"github.com/anvil-fleet/anvil/services/registry/app/wire"
 	"github.com/anvil-fleet/anvil/services/registry/domain/org"
 	"github.com/anvil-fleet/anvil/services/registry/domain/token"
 )

@@ -6,9 +6,9 @@ import (
 
 	"github.com/anvil-fleet/anvil/libs/events/command"
 	"github.com/anvil-fleet/anvil/libs/events/errs"
-	"github.com/anvil-fleet/anvil/services/registry/adapters/wire"
 	"github.com/anvil-fleet/anvil/services/registry/api"
 	"github.com/anvil-fleet/anvil/services/registry/app"
+	"github.com/anvil-fleet/anvil/services/registry/app/wire"
 )
 
 // Register serves every registry subject on srv.

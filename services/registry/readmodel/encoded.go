@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/anvil-fleet/anvil/libs/events/errs"
-	"github.com/anvil-fleet/anvil/services/registry/adapters/wire"
+	"github.com/anvil-fleet/anvil/services/registry/app/wire"
 	"github.com/anvil-fleet/anvil/services/registry/domain/machine"
 )
 

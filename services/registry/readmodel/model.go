@@ -60,7 +60,12 @@ func (m Machine) Shown() machine.State { return m.State.WithIPXEBoot(m.Boot.At, 
 type key [16]byte
 
 func (k key) String() string {
-	var b [36]byte
+	b := k.canonical()
+	return string(b[:])
+}
+
+// canonical spells k without allocating.
+func (k key) canonical() (b [36]byte) {
 	hex.Encode(b[0:8], k[0:4])
 	b[8] = '-'
 	hex.Encode(b[9:13], k[4:6])
@@ -70,7 +75,7 @@ func (k key) String() string {
 	hex.Encode(b[19:23], k[8:10])
 	b[23] = '-'
 	hex.Encode(b[24:36], k[10:16])
-	return string(b[:])
+	return b
 }
 
 // keyOf converts a canonical UUID (as from machine.ParseUUID).
@@ -227,7 +232,9 @@ func (m *Model) Checkpoint() uint64 {
 
 // Apply projects one event at stream sequence seq, for machineUUID in org,
 // recorded at time at. Events at or below the checkpoint were already
-// applied and are ignored, so redelivery is harmless. Events that are not
+// applied and are ignored, so redelivery is harmless; so are events at or
+// below the machine's version, which a snapshot taken while events were
+// applied may hold beyond its checkpoint (see Snapshot). Events that are not
 // machine events (and events with an unusable UUID, which the registry
 // never writes) only advance the checkpoint.
 func (m *Model) Apply(seq uint64, org, machineUUID string, at time.Time, event any) {
@@ -252,6 +259,9 @@ func (m *Model) Apply(seq uint64, org, machineUUID string, at time.Time, event a
 	var r *record
 	if o != nil {
 		r = o.byKey[k]
+	}
+	if r != nil && seq <= r.version {
+		return
 	}
 	if r == nil {
 		var st machine.State

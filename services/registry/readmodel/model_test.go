@@ -163,9 +163,9 @@ func TestSnapshotRestore(t *testing.T) {
 	seed := eventstest.Seed(t, 1)
 	m, evs := twoOrgsFrom(t, seed)
 	m.SetLastSeen(evs[0].org, evs[0].uuid, base.Add(time.Hour))
-	blob, err := m.Snapshot()
-	if err != nil {
-		t.Fatal(err)
+	blob, checkpoint := m.Snapshot(nil)
+	if checkpoint != m.Checkpoint() {
+		t.Fatalf("snapshot covers %d, the model is at %d", checkpoint, m.Checkpoint())
 	}
 	r := New()
 	if err := r.Restore(blob); err != nil {
@@ -174,7 +174,7 @@ func TestSnapshotRestore(t *testing.T) {
 	if r.Hash() != m.Hash() || r.Checkpoint() != m.Checkpoint() {
 		t.Fatal("restore changed the state")
 	}
-	if again, _ := r.Snapshot(); string(again) != string(blob) {
+	if again, _ := r.Snapshot(nil); string(again) != string(blob) {
 		t.Fatal("snapshots are not deterministic")
 	}
 	for _, org := range []string{"acme", "globex"} {
@@ -197,16 +197,23 @@ func TestSnapshotRestore(t *testing.T) {
 		t.Fatal("restored model diverges on new events")
 	}
 	// An empty model round-trips too.
-	empty, _ := New().Snapshot()
+	empty, _ := New().Snapshot(nil)
 	e := New()
 	if err := e.Restore(empty); err != nil || e.Hash() != New().Hash() {
-		t.Fatalf("empty snapshot %s: %v", empty, err)
+		t.Fatalf("empty snapshot %q: %v", empty, err)
 	}
-	// A bad blob leaves the model alone.
+	// A bad blob leaves the model alone: another version, anything cut
+	// short, anything after the end, or not a snapshot at all.
 	h := r.Hash()
-	for _, bad := range []string{"", "{", `{"version":99}`, `{"version":1,"machines":[{"org":"a","state":{"uuid":"x","status":"ready"}}]}`} {
-		if err := r.Restore([]byte(bad)); err == nil {
-			t.Fatalf("restore accepted %q", bad)
+	other := slices.Clone(blob)
+	other[len(snapshotMagic)]++
+	bad := [][]byte{nil, []byte("{"), []byte(`{"version":1,"machines":[]}`), other, append(slices.Clone(blob), 0)}
+	for n := 0; n < len(blob); n += 1 + len(blob)/300 {
+		bad = append(bad, blob[:n])
+	}
+	for _, b := range bad {
+		if err := r.Restore(b); err == nil {
+			t.Fatalf("restore accepted %d bytes: %.40q", len(b), b)
 		}
 	}
 	if r.Hash() != h {
@@ -417,7 +424,7 @@ func TestConcurrentUse(t *testing.T) {
 				_ = m.Checkpoint()
 				if i%50 == 0 {
 					_ = m.Hash()
-					_, _ = m.Snapshot()
+					_, _ = m.Snapshot(nil)
 				}
 			}
 		}()

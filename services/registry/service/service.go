@@ -18,6 +18,7 @@ import (
 	"github.com/anvil-fleet/anvil/services/registry/api"
 	"github.com/anvil-fleet/anvil/services/registry/app"
 	"github.com/anvil-fleet/anvil/services/registry/ports"
+	"github.com/anvil-fleet/anvil/services/registry/readmodel"
 )
 
 // Name is the service's name in logs, metrics and NATS queue groups.
@@ -40,10 +41,11 @@ type Config struct {
 	// --enrollment-burst / ANVIL_REGISTRY_ENROLLMENT_BURST
 	EnrollmentRate  float64
 	EnrollmentBurst int
-	// Now is the service's clock (token expiry, offline detection, the
-	// times commands record); nil means time.Now. Not a flag: tests move
-	// a fake one forward instead of sleeping.
-	Now func() time.Time
+	// SnapshotEvery: the machine projection stores a snapshot after this
+	// many events, and a start restores the newest and replays only what
+	// follows (0: projection.DefaultSnapshotEvery; negative: no snapshots).
+	// --snapshot-every / ANVIL_REGISTRY_SNAPSHOT_EVERY
+	SnapshotEvery int
 }
 
 // Defaults of the settings that a zero Config leaves unset.
@@ -69,6 +71,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"machines one enrollment token may register per second (a token bucket); negative: no limit (env ANVIL_REGISTRY_ENROLLMENT_RATE)")
 	fs.IntVar(&c.EnrollmentBurst, "enrollment-burst", svc.EnvInt("ANVIL_REGISTRY_ENROLLMENT_BURST", DefaultEnrollmentBurst),
 		"machines one enrollment token may register at once before --enrollment-rate applies (env ANVIL_REGISTRY_ENROLLMENT_BURST)")
+	fs.IntVar(&c.SnapshotEvery, "snapshot-every", svc.EnvInt("ANVIL_REGISTRY_SNAPSHOT_EVERY", projection.DefaultSnapshotEvery),
+		"the machine projection stores a snapshot (object store bucket "+projection.SnapshotBucket+") after this many events, "+
+			"so that a start replays only the events after the newest; negative: no snapshots (env ANVIL_REGISTRY_SNAPSHOT_EVERY)")
 }
 
 // Validate checks the parsed settings; errors name the flag and variable.
@@ -83,6 +88,9 @@ func (c *Config) Validate() error {
 	if c.EnrollmentBurst < 0 {
 		errs = append(errs, fmt.Errorf("--enrollment-burst (env ANVIL_REGISTRY_ENROLLMENT_BURST) = %d: must not be negative", c.EnrollmentBurst))
 	}
+	if c.SnapshotEvery == 0 {
+		errs = append(errs, errors.New("--snapshot-every (env ANVIL_REGISTRY_SNAPSHOT_EVERY) = 0: must be a number of events, or negative for no snapshots"))
+	}
 	return errors.Join(c.Config.Validate(), errors.Join(errs...))
 }
 
@@ -93,37 +101,23 @@ type Service struct {
 	Orgs     *projection.Runner
 }
 
-// Run starts the service and blocks until ctx ends.
-func Run(ctx context.Context, cfg Config, o svc.Options) error {
-	return Start(ctx, cfg, o, nil)
+// Hooks adjust a service started by tests and the dev stack.
+type Hooks struct {
+	// Ready receives the service once it serves.
+	Ready chan<- *Service
+	// Now replaces the clock (token expiry, offline detection, the times
+	// commands record): tests move a fake one forward instead of sleeping.
+	Now func() time.Time
 }
 
-// Start runs the service until ctx ends; ready, if not nil, receives the
-// service once its projections have caught up.
-func Start(ctx context.Context, cfg Config, o svc.Options, ready chan<- *Service) error {
-	if cfg.OfflineAfter <= 0 {
-		cfg.OfflineAfter = 90 * time.Second
-	}
-	if cfg.SweepInterval <= 0 {
-		cfg.SweepInterval = 10 * time.Second
-	}
-	if cfg.Instance == "" {
-		cfg.Instance = randomID()
-	}
-	switch {
-	case cfg.IPXERecordInterval == 0:
-		cfg.IPXERecordInterval = DefaultIPXERecordInterval
-	case cfg.IPXERecordInterval < 0:
-		cfg.IPXERecordInterval = 0 // every boot
-	}
-	if cfg.EnrollmentRate == 0 {
-		cfg.EnrollmentRate = DefaultEnrollmentRate
-	}
-	if cfg.EnrollmentBurst <= 0 {
-		cfg.EnrollmentBurst = DefaultEnrollmentBurst
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
+// Run starts the service and blocks until ctx ends.
+func Run(ctx context.Context, cfg Config, o svc.Options) error { return Start(ctx, cfg, o, Hooks{}) }
+
+// Start runs the service until ctx ends or its background work fails.
+func Start(ctx context.Context, cfg Config, o svc.Options, h Hooks) error {
+	cfg = cfg.withDefaults()
+	if h.Now == nil {
+		h.Now = time.Now
 	}
 	rt, err := svc.Start(ctx, cfg.Config, app.Registry(), o)
 	if err != nil {
@@ -147,81 +141,94 @@ func Start(ctx context.Context, cfg Config, o svc.Options, ready chan<- *Service
 	if err != nil {
 		return err
 	}
-	machines, orgs := adapters.NewMachineProjection(), adapters.NewOrgProjection()
-	a := &app.App{Store: rt.Store, Machines: machines, Orgs: orgs, Heartbeats: hb, Now: cfg.Now, Rand: rand.Reader, OfflineAfter: cfg.OfflineAfter,
+	var snapshots *projection.SnapshotStore
+	if cfg.SnapshotEvery >= 0 {
+		if snapshots, err = projection.NewSnapshotStore(ctx, rt.JS, cfg.StreamReplicas); err != nil {
+			return err
+		}
+	}
+	machines, orgs := readmodel.NewMachineProjection(), readmodel.NewOrgProjection()
+	a := &app.App{Store: rt.Store, Machines: machines, Orgs: orgs, Heartbeats: hb, Now: h.Now, Rand: rand.Reader, OfflineAfter: cfg.OfflineAfter,
 		IPXEBoots: boots, IPXERecordEvery: cfg.IPXERecordInterval, Versions: versions,
 		Enrollment: enroll, EnrollmentRate: cfg.EnrollmentRate, EnrollmentBurst: cfg.EnrollmentBurst}
 	s := &Service{
 		App: a,
 		Machines: projection.NewRunner(projection.Config{Name: "registry-machines", Instance: cfg.Instance,
-			Filter: events.Filter{AggregateType: "machine"}}, rt.JS, rt.Registry, machines, rt.Poison, rt.Log),
+			Filter: events.Filter{AggregateType: "machine"}, Snapshots: snapshots, SnapshotEvery: cfg.SnapshotEvery}, rt.JS, rt.Registry, machines, rt.Poison, rt.Log),
 		Orgs: projection.NewRunner(projection.Config{Name: "registry-orgs", Instance: cfg.Instance,
 			Filter: events.Filter{AggregateType: "org"}}, rt.JS, rt.Registry, orgs, rt.Poison, rt.Log),
 	}
 	a.WaitMachines = s.Machines.WaitFor
 	defer app.TrackMetrics(a)() // anvil_machines…, read at scrape time
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	errc := make(chan error, 4)
-	for _, r := range []*projection.Runner{s.Machines, s.Orgs} {
-		go func() { errc <- r.Run(ctx) }()
-		rt.Health.Add("projection "+r.Name(), func(context.Context) error {
-			if !r.Live() {
-				return errors.New("catching up with the event log")
-			}
-			return nil
-		})
-	}
-	for _, r := range []*projection.Runner{s.Machines, s.Orgs} {
-		if err := r.WaitLive(ctx); err != nil {
-			return err
-		}
+
+	rt.Project(s.Machines, s.Orgs)
+	if !rt.CatchUp(ctx) {
+		return rt.Wait(ctx)
 	}
 	// The watches start once the machines are known: a value for a
 	// machine the read model does not hold yet would be dropped.
-	go func() {
-		errc <- hb.Watch(ctx, rt.Log, func(org, uuid string, t time.Time) { machines.Model().SetLastSeen(org, uuid, t) })
-	}()
-	go func() {
-		errc <- boots.Watch(ctx, rt.Log, func(org, uuid string, at, retryBy time.Time) { machines.Model().SetIPXEBoot(org, uuid, at, retryBy) })
-	}()
+	rt.Go("heartbeat watch", func(ctx context.Context) error {
+		return hb.Watch(ctx, rt.Log, func(org, uuid string, t time.Time) { machines.Model().SetLastSeen(org, uuid, t) })
+	})
+	rt.Go("iPXE boot watch", func(ctx context.Context) error {
+		return boots.Watch(ctx, rt.Log, func(org, uuid string, at, retryBy time.Time) { machines.Model().SetIPXEBoot(org, uuid, at, retryBy) })
+	})
+	rt.Go("offline sweep", func(ctx context.Context) error {
+		tick := time.NewTicker(cfg.SweepInterval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-tick.C:
+				if n := a.SweepConnectivity(ctx, rt.Log); n > 0 {
+					rt.Log.Info("machines went offline", "count", n)
+				}
+			}
+		}
+	})
 
-	srv := command.NewServer(rt.Conn, api.QueueGroup, 128, rt.Log)
-	if err := ports.Register(srv, a); err != nil {
+	if err := rt.ServeCommands(api.QueueGroup, 128, func(srv *command.Server) error { return ports.Register(srv, a) }); err != nil {
 		return err
 	}
-	defer srv.Close()
 	if err := rt.ServeReadiness(); err != nil {
 		return err
 	}
 	rt.Started()
 	rt.Log.Info("started", "instance", cfg.Instance, "offline_after", cfg.OfflineAfter, "ipxe_record_interval", cfg.IPXERecordInterval,
 		"enrollment_rate", cfg.EnrollmentRate, "enrollment_burst", cfg.EnrollmentBurst)
-	if ready != nil {
-		ready <- s
+	if h.Ready != nil {
+		h.Ready <- s
 	}
-
-	tick := time.NewTicker(cfg.SweepInterval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case err := <-errc:
-			if ctx.Err() != nil {
-				return nil
-			}
-			return err
-		case <-tick.C:
-			if n := a.SweepConnectivity(ctx, rt.Log); n > 0 {
-				rt.Log.Info("machines went offline", "count", n)
-			}
-		}
-	}
+	return rt.Wait(ctx)
 }
 
-func randomID() string {
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	return fmt.Sprintf("%x", b)
+// withDefaults fills in what a zero Config (tests, the dev stack) leaves
+// unset; the binary's flags set every value.
+func (c Config) withDefaults() Config {
+	if c.Service == "" {
+		c.Service = Name
+	}
+	if c.OfflineAfter <= 0 {
+		c.OfflineAfter = 90 * time.Second
+	}
+	if c.SweepInterval <= 0 {
+		c.SweepInterval = 10 * time.Second
+	}
+	if c.Instance == "" {
+		c.Instance = svc.InstanceID()
+	}
+	switch {
+	case c.IPXERecordInterval == 0:
+		c.IPXERecordInterval = DefaultIPXERecordInterval
+	case c.IPXERecordInterval < 0:
+		c.IPXERecordInterval = 0 // every boot
+	}
+	if c.EnrollmentRate == 0 {
+		c.EnrollmentRate = DefaultEnrollmentRate
+	}
+	if c.EnrollmentBurst <= 0 {
+		c.EnrollmentBurst = DefaultEnrollmentBurst
+	}
+	return c
 }

@@ -27,20 +27,25 @@ type fixture struct {
 	c   api.Client
 }
 
-func start(t testing.TB, cfg service.Config) *fixture {
+func start(t testing.TB, cfg service.Config, h ...service.Hooks) *fixture {
 	t.Helper()
-	return startOn(t, eventstest.Start(t, app.Registry()), cfg)
+	return startOn(t, eventstest.Start(t, app.Registry()), cfg, h...)
 }
 
 // startOn starts a registry on env's server: a second one is another
 // replica.
-func startOn(t testing.TB, env *eventstest.Env, cfg service.Config) *fixture {
+func startOn(t testing.TB, env *eventstest.Env, cfg service.Config, h ...service.Hooks) *fixture {
 	t.Helper()
+	var hooks service.Hooks
+	if len(h) > 0 {
+		hooks = h[0]
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan *service.Service, 1)
 	done := make(chan error, 1)
 	cfg.Config = svc.Config{Service: "registry", StreamReplicas: 1}
-	go func() { done <- service.Start(ctx, cfg, svc.Options{Conn: env.Conn}, ready) }()
+	hooks.Ready = ready
+	go func() { done <- service.Start(ctx, cfg, svc.Options{Conn: env.Conn}, hooks) }()
 	var s *service.Service
 	select {
 	case s = <-ready:
@@ -355,7 +360,7 @@ func TestOrganizationIsolation(t *testing.T) {
 
 func TestTokensVerifyExpireAndRevoke(t *testing.T) {
 	clk := &clock{}
-	f := start(t, service.Config{Now: clk.now})
+	f := start(t, service.Config{}, service.Hooks{Now: clk.now})
 	f.org(t, "acme")
 	ctx := context.Background()
 	issued, err := f.c.IssueToken(ctx, api.TokenIssue{Org: "acme", Kind: api.KindAPI, Name: "ci", Role: api.RoleOperator})
@@ -417,7 +422,7 @@ func TestHeartbeatsAreNotEventsAndSilenceMakesOffline(t *testing.T) {
 	// Silence is the registry's clock moving past OfflineAfter, not time
 	// passing: a slow machine cannot make heartbeats look silent.
 	clk := &clock{}
-	f := start(t, service.Config{Now: clk.now, OfflineAfter: time.Hour, SweepInterval: 50 * time.Millisecond})
+	f := start(t, service.Config{OfflineAfter: time.Hour, SweepInterval: 50 * time.Millisecond}, service.Hooks{Now: clk.now})
 	enroll := f.org(t, "acme")
 	ctx := context.Background()
 	uuid := uuidN(4)

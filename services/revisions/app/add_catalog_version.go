@@ -12,16 +12,14 @@ type AddCatalogVersion struct {
 	Version string
 }
 
-// AddCatalogVersionHandler appends catalog.version_added; the
+// AddCatalogVersion appends catalog.version_added; the
 // PlanPlatformRevisions event handler then raises the patch version of
 // every pool on that minor.
-type AddCatalogVersionHandler struct{ *base }
-
-func (h AddCatalogVersionHandler) Handle(ctx context.Context, cmd AddCatalogVersion) (CatalogRecord, error) {
+func (a *App) AddCatalogVersion(ctx context.Context, cmd AddCatalogVersion) (CatalogRecord, error) {
 	if _, err := actor(ctx); err != nil {
 		return CatalogRecord{}, err
 	}
-	rec, _, err := execute[CatalogRecord](ctx, h.base, CatalogRef, 0,
+	rec, _, err := execute[CatalogRecord](ctx, a, CatalogRef, 0,
 		func(_ context.Context, r *CatalogRecord) ([]any, error) {
 			return r.State.AddVersion(catalog.AddVersion{Version: cmd.Version})
 		})

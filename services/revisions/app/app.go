@@ -1,8 +1,9 @@
-// Package app holds the revisions service's command and query handlers, one
-// per file. Commands load an aggregate from the event store, let the domain
-// decide, and append with optimistic concurrency; queries read the
-// in-memory read model (or, for time travel, replay the log). Nothing here
-// knows about NATS: the ports package calls these handlers.
+// Package app is the revisions service's application layer: one App with
+// one method per command or query, one per file. Commands load an
+// aggregate from the event store, let the domain decide, and append with
+// optimistic concurrency; queries read the in-memory read model (or, for
+// time travel, replay the log). Nothing here knows about NATS: the ports
+// package calls these methods.
 package app
 
 import (
@@ -67,8 +68,9 @@ type PoolMachines interface {
 	CountMachines(ctx context.Context, org, pool string) (int, error)
 }
 
-// Deps is everything the handlers need.
-type Deps struct {
+// App is the revisions service's application layer: one method per
+// command or query, one per file.
+type App struct {
 	Store      events.Store
 	Registry   *events.Registry
 	Model      ReadModel
@@ -76,7 +78,7 @@ type Deps struct {
 	// Keys open sealed credentials; Keys[0] seals new ones.
 	Keys   []secret.Key
 	Nonces io.Reader // crypto/rand.Reader in production
-	Clock  func() time.Time
+	Now    func() time.Time
 	// Retry bounds and spaces the re-decisions of a command that lost an
 	// optimistic-concurrency race; zero: aggregate's defaults.
 	Retry aggregate.Retry
@@ -93,91 +95,12 @@ type Deps struct {
 	Log      *slog.Logger
 }
 
-// Application is every handler of the service.
-type Application struct {
-	Commands Commands
-	Queries  Queries
-	Events   EventHandlers
-}
-
-// Commands change state.
-type Commands struct {
-	CreateCluster        CreateClusterHandler
-	UpdateCluster        UpdateClusterHandler
-	RotateKubeconfig     RotateKubeconfigHandler
-	RotateBootstrapToken RotateBootstrapTokenHandler
-	DeleteCluster        DeleteClusterHandler
-	CreatePool           CreatePoolHandler
-	UpdatePool           UpdatePoolHandler
-	ApplyRevision        ApplyRevisionHandler
-	DeletePool           DeletePoolHandler
-	SeedCatalog          SeedCatalogHandler
-	AddCatalogVersion    AddCatalogVersionHandler
-}
-
-// Queries read state.
-type Queries struct {
-	GetCluster         GetClusterHandler
-	ListClusters       ListClustersHandler
-	ClusterCredentials ClusterCredentialsHandler
-	GetPool            GetPoolHandler
-	ListPools          ListPoolsHandler
-	ListRevisions      ListRevisionsHandler
-	GetRevision        GetRevisionHandler
-	DiffRevisions      DiffRevisionsHandler
-	PreviewIgnition    PreviewIgnitionHandler
-	ListCatalog        ListCatalogHandler
-	CheckSkew          CheckSkewHandler
-	RenderMachine      RenderMachineHandler
-}
-
-// EventHandlers react to events (run by the handler router).
-type EventHandlers struct {
-	PlanPlatformRevisions PlanPlatformRevisionsHandler
-}
-
-// New wires every handler to d.
-func New(d Deps) Application {
-	if d.Clock == nil {
-		d.Clock = time.Now
+// Defaults fills in the zero fields.
+func (a *App) Defaults() {
+	if a.Now == nil {
+		a.Now = time.Now
 	}
-	if d.Log == nil {
-		d.Log = slog.Default()
-	}
-	b := &base{d}
-	return Application{
-		Commands: Commands{
-			CreateCluster:        CreateClusterHandler{b},
-			UpdateCluster:        UpdateClusterHandler{b},
-			RotateKubeconfig:     RotateKubeconfigHandler{b},
-			RotateBootstrapToken: RotateBootstrapTokenHandler{b},
-			DeleteCluster:        DeleteClusterHandler{b},
-			CreatePool:           CreatePoolHandler{b},
-			UpdatePool:           UpdatePoolHandler{b},
-			ApplyRevision:        ApplyRevisionHandler{b},
-			DeletePool:           DeletePoolHandler{b},
-			SeedCatalog:          SeedCatalogHandler{b},
-			AddCatalogVersion:    AddCatalogVersionHandler{b},
-		},
-		Queries: Queries{
-			GetCluster:         GetClusterHandler{b},
-			ListClusters:       ListClustersHandler{b},
-			ClusterCredentials: ClusterCredentialsHandler{b},
-			GetPool:            GetPoolHandler{b},
-			ListPools:          ListPoolsHandler{b},
-			ListRevisions:      ListRevisionsHandler{b},
-			GetRevision:        GetRevisionHandler{b},
-			DiffRevisions:      DiffRevisionsHandler{b},
-			PreviewIgnition:    PreviewIgnitionHandler{b},
-			ListCatalog:        ListCatalogHandler{b},
-			CheckSkew:          CheckSkewHandler{b},
-			RenderMachine:      RenderMachineHandler{b},
-		},
-		Events: EventHandlers{
-			PlanPlatformRevisions: PlanPlatformRevisionsHandler{b},
-		},
+	if a.Log == nil {
+		a.Log = slog.Default()
 	}
 }
-
-// base is the dependencies every handler shares.
-type base struct{ Deps }

@@ -15,11 +15,9 @@ type ApplyRevision struct {
 	ExpectedVersion uint64
 }
 
-// ApplyRevisionHandler appends pool.apply_requested; the rollout service
+// ApplyRevision appends pool.apply_requested; the rollout service
 // reacts to it.
-type ApplyRevisionHandler struct{ *base }
-
-func (h ApplyRevisionHandler) Handle(ctx context.Context, cmd ApplyRevision) (PoolOutcome, error) {
+func (a *App) ApplyRevision(ctx context.Context, cmd ApplyRevision) (PoolOutcome, error) {
 	author, err := actor(ctx)
 	if err != nil {
 		return PoolOutcome{}, err
@@ -33,25 +31,25 @@ func (h ApplyRevisionHandler) Handle(ctx context.Context, cmd ApplyRevision) (Po
 	if err := f.Err(); err != nil {
 		return PoolOutcome{}, err
 	}
-	cat, err := h.loadCatalog(ctx)
+	cat, err := a.loadCatalog(ctx)
 	if err != nil {
 		return PoolOutcome{}, err
 	}
-	rec, payloads, err := execute[PoolRecord](ctx, h.base, poolRef(cmd.Org, cmd.Pool), cmd.ExpectedVersion,
+	rec, payloads, err := execute[PoolRecord](ctx, a, poolRef(cmd.Org, cmd.Pool), cmd.ExpectedVersion,
 		func(ctx context.Context, r *PoolRecord) ([]any, error) {
 			if r.State.Name == "" {
 				return nil, notFound("pool", cmd.Pool)
 			}
-			cl, err := h.loadCluster(ctx, cmd.Org, r.State.Cluster)
+			cl, err := a.loadCluster(ctx, cmd.Org, r.State.Cluster)
 			if err != nil {
 				return nil, err
 			}
-			payloads, err := r.State.ApplyRevision(pool.ApplyRevision{Revision: cmd.Revision, RequestedBy: author, At: h.Clock()},
+			payloads, err := r.State.ApplyRevision(pool.ApplyRevision{Revision: cmd.Revision, RequestedBy: author, At: a.Now()},
 				pool.Env{Catalog: cat.State.Catalog, Cluster: &cl.State})
 			if err != nil {
 				return nil, err
 			}
-			return payloads, h.checkAssets(ctx, &r.State, payloads)
+			return payloads, a.checkAssets(ctx, &r.State, payloads)
 		})
 	if err != nil {
 		return PoolOutcome{}, err

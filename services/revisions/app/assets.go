@@ -38,9 +38,9 @@ type AssetSettings struct {
 // error on kubernetes.version, a missing agent a conflict (the platform is
 // not set up), a sysext still being fetched from the mirror or the boot
 // service not answering is unavailable (retry).
-func (b *base) renderOptions(ctx context.Context, rev pool.Revision) (render.Options, error) {
-	o := b.RenderOptions
-	s := b.AssetSettings
+func (a *App) renderOptions(ctx context.Context, rev pool.Revision) (render.Options, error) {
+	o := a.RenderOptions
+	s := a.AssetSettings
 	goarch := s.GoArch
 	if goarch == "" {
 		goarch = "amd64"
@@ -64,10 +64,10 @@ func (b *base) renderOptions(ctx context.Context, rev pool.Revision) (render.Opt
 		}
 		names = append(names, agent)
 	}
-	if b.Assets == nil {
+	if a.Assets == nil {
 		return render.Options{}, errs.Internal("assets: no asset resolver is configured")
 	}
-	got, err := b.Assets.ResolveAssets(ctx, names)
+	got, err := a.Assets.ResolveAssets(ctx, names)
 	if err != nil {
 		if errs.Is(err, errs.KindUnavailable) {
 			return render.Options{}, errs.Unavailable("no boot service answered which files it serves (%v); a revision is checked against them before it is saved or rendered. A boot service answers when it runs with an assets directory (ANVIL_BOOT_ASSETS_DIR; `make assets` builds one): try again once one does", errs.As(err).Message)
@@ -77,29 +77,29 @@ func (b *base) renderOptions(ctx context.Context, rev pool.Revision) (render.Opt
 	if len(got) != len(names) {
 		return render.Options{}, errs.Internal("the boot service answered %d assets for %d names", len(got), len(names))
 	}
-	for i, a := range got {
-		if a.Name != names[i] {
-			return render.Options{}, errs.Internal("the boot service answered asset %q for %q", a.Name, names[i])
+	for i, asset := range got {
+		if asset.Name != names[i] {
+			return render.Options{}, errs.Internal("the boot service answered asset %q for %q", asset.Name, names[i])
 		}
-		switch a.Status {
+		switch asset.Status {
 		case bootapi.AssetReady:
 		case bootapi.AssetPending:
-			return render.Options{}, errs.Unavailable("%s", a.Reason)
+			return render.Options{}, errs.Unavailable("%s", asset.Reason)
 		default:
-			if a.Name == sysext {
-				return render.Options{}, errs.Invalid("kubernetes.version", "%s", a.Reason)
+			if asset.Name == sysext {
+				return render.Options{}, errs.Invalid("kubernetes.version", "%s", asset.Reason)
 			}
-			return render.Options{}, errs.Conflict("%s", a.Reason)
+			return render.Options{}, errs.Conflict("%s", asset.Reason)
 		}
-		u := a.URL
+		u := asset.URL
 		if u == "" {
-			u = strings.TrimSuffix(s.BootURL, "/") + a.Path
+			u = strings.TrimSuffix(s.BootURL, "/") + asset.Path
 		}
-		switch a.Name {
+		switch asset.Name {
 		case sysext:
-			o.SysextURL, o.SysextHash = u, a.Hash
+			o.SysextURL, o.SysextHash = u, asset.Hash
 		case agent:
-			o.AgentURL, o.AgentHash = u, a.Hash
+			o.AgentURL, o.AgentHash = u, asset.Hash
 		}
 	}
 	return o, nil
@@ -109,7 +109,7 @@ func (b *base) renderOptions(ctx context.Context, rev pool.Revision) (render.Opt
 // revision that payloads create or ask to apply, before they are appended:
 // a revision a machine cannot boot is refused when it is saved, not when a
 // machine fails to boot it. p is the pool as it was before payloads.
-func (b *base) checkAssets(ctx context.Context, p *pool.Pool, payloads []any) error {
+func (a *App) checkAssets(ctx context.Context, p *pool.Pool, payloads []any) error {
 	created := map[int]pool.Revision{}
 	checked := map[int]bool{}
 	check := func(rev pool.Revision) error {
@@ -117,7 +117,7 @@ func (b *base) checkAssets(ctx context.Context, p *pool.Pool, payloads []any) er
 			return nil
 		}
 		checked[rev.Number] = true
-		_, err := b.renderOptions(ctx, rev)
+		_, err := a.renderOptions(ctx, rev)
 		return err
 	}
 	for _, pl := range payloads {

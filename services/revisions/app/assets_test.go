@@ -33,8 +33,8 @@ func TestRenderOptionsFromAssets(t *testing.T) {
 	const agent, sysext = "assets/anvil-agent-linux-amd64", "sysext/kubernetes-v1.33.4-x86-64.raw"
 	h := "sha512-" + strings.Repeat("1", 128)
 	rev := pool.Revision{Number: 1, Config: pool.Config{Kubernetes: pool.Kubernetes{Minor: "1.33", Version: "1.33.4"}}}
-	mk := func(a answers, s AssetSettings) *base {
-		return &base{Deps{Assets: a, AssetSettings: s, RenderOptions: render.Options{BaseURL: "http://boot:8081"}}}
+	mk := func(a answers, s AssetSettings) *App {
+		return &App{Assets: a, AssetSettings: s, RenderOptions: render.Options{BaseURL: "http://boot:8081"}}
 	}
 	ready := bootapi.Asset{Status: bootapi.AssetReady, Hash: h}
 

@@ -21,10 +21,8 @@ type SkewResult struct {
 	Reason                string
 }
 
-// CheckSkewHandler applies the catalog's skew policy.
-type CheckSkewHandler struct{ *base }
-
-func (h CheckSkewHandler) Handle(ctx context.Context, q CheckSkew) (SkewResult, error) {
+// CheckSkew applies the catalog's skew policy.
+func (a *App) CheckSkew(ctx context.Context, q CheckSkew) (SkewResult, error) {
 	var f errs.Fields
 	checkOrg(&f, q.Org)
 	var cp catalog.Version
@@ -42,7 +40,7 @@ func (h CheckSkewHandler) Handle(ctx context.Context, q CheckSkew) (SkewResult, 
 	default:
 		f.Add("control_plane", "set control_plane (x.y.z) or cluster")
 	}
-	cat := h.Model.Catalog().State.Catalog
+	cat := a.Model.Catalog().State.Catalog
 	var kubelet catalog.Version
 	if v, err := catalog.ParseVersion(q.Kubelet); err == nil {
 		kubelet = v
@@ -57,7 +55,7 @@ func (h CheckSkewHandler) Handle(ctx context.Context, q CheckSkew) (SkewResult, 
 		return SkewResult{}, err
 	}
 	if q.Cluster != "" {
-		cl, err := h.liveCluster(ctx, q.Org, q.Cluster)
+		cl, err := a.liveCluster(ctx, q.Org, q.Cluster)
 		if err != nil {
 			return SkewResult{}, err
 		}

@@ -19,24 +19,22 @@ type Credentials struct {
 	Version      uint64
 }
 
-// ClusterCredentialsHandler opens the sealed kubeconfig of the cluster as
+// ClusterCredentials opens the sealed kubeconfig of the cluster as
 // the log has it now (not the read model), so that a rotation takes effect
 // at once. Only the rollout service may call it (NATS permissions on the
 // subject); the plaintext is never logged.
-type ClusterCredentialsHandler struct{ *base }
-
-func (h ClusterCredentialsHandler) Handle(ctx context.Context, q ClusterCredentials) (Credentials, error) {
+func (a *App) ClusterCredentials(ctx context.Context, q ClusterCredentials) (Credentials, error) {
 	if err := ids(q.Org, "cluster", q.Cluster); err != nil {
 		return Credentials{}, err
 	}
-	rec, err := h.loadCluster(ctx, q.Org, q.Cluster)
+	rec, err := a.loadCluster(ctx, q.Org, q.Cluster)
 	if err != nil {
 		return Credentials{}, err
 	}
 	if !rec.State.Exists() {
 		return Credentials{}, notFound("cluster", q.Cluster)
 	}
-	kc, err := rec.State.OpenKubeconfig(h.Keys...)
+	kc, err := rec.State.OpenKubeconfig(a.Keys...)
 	if err != nil {
 		return Credentials{}, err
 	}

@@ -14,14 +14,12 @@ type CreateCluster struct {
 	Cluster cluster.Create
 }
 
-// CreateClusterHandler seals the credentials and appends cluster.created.
-type CreateClusterHandler struct{ *base }
-
-func (h CreateClusterHandler) Handle(ctx context.Context, cmd CreateCluster) (ClusterRecord, error) {
+// CreateCluster seals the credentials and appends cluster.created.
+func (a *App) CreateCluster(ctx context.Context, cmd CreateCluster) (ClusterRecord, error) {
 	if _, err := actor(ctx); err != nil {
 		return ClusterRecord{}, err
 	}
-	sealer := cluster.Sealer{Key: h.Keys[0], Nonces: h.Nonces}
+	sealer := cluster.Sealer{Key: a.Keys[0], Nonces: a.Nonces}
 	var f errs.Fields
 	checkOrg(&f, cmd.Org)
 	if len(f) > 0 || check.DNSLabel(cmd.Cluster.Name) != nil {
@@ -32,7 +30,7 @@ func (h CreateClusterHandler) Handle(ctx context.Context, cmd CreateCluster) (Cl
 		validationOnly(&f, err)
 		return ClusterRecord{}, f.Err()
 	}
-	rec, _, err := execute[ClusterRecord](ctx, h.base, clusterRef(cmd.Org, cmd.Cluster.Name), 0,
+	rec, _, err := execute[ClusterRecord](ctx, a, clusterRef(cmd.Org, cmd.Cluster.Name), 0,
 		func(_ context.Context, r *ClusterRecord) ([]any, error) {
 			return r.State.Create(cmd.Cluster, sealer)
 		})

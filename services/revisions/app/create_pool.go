@@ -17,18 +17,16 @@ type CreatePool struct {
 	Apply              bool
 }
 
-// CreatePoolHandler resolves the Kubernetes minor against the catalog and
+// CreatePool resolves the Kubernetes minor against the catalog and
 // the cluster's control plane (both read from the log).
-type CreatePoolHandler struct{ *base }
-
-func (h CreatePoolHandler) Handle(ctx context.Context, cmd CreatePool) (PoolOutcome, error) {
+func (a *App) CreatePool(ctx context.Context, cmd CreatePool) (PoolOutcome, error) {
 	author, err := actor(ctx)
 	if err != nil {
 		return PoolOutcome{}, err
 	}
 	create := pool.Create{
 		Name: cmd.Name, Cluster: cmd.Cluster, Spec: cmd.Spec,
-		Author: author, Message: cmd.Message, Apply: cmd.Apply, At: h.Clock(),
+		Author: author, Message: cmd.Message, Apply: cmd.Apply, At: a.Now(),
 	}
 	var f errs.Fields
 	checkOrg(&f, cmd.Org)
@@ -38,22 +36,22 @@ func (h CreatePoolHandler) Handle(ctx context.Context, cmd CreatePool) (PoolOutc
 		validationOnly(&f, err)
 		return PoolOutcome{}, f.Err()
 	}
-	cat, err := h.loadCatalog(ctx)
+	cat, err := a.loadCatalog(ctx)
 	if err != nil {
 		return PoolOutcome{}, err
 	}
-	cl, err := h.loadCluster(ctx, cmd.Org, cmd.Cluster)
+	cl, err := a.loadCluster(ctx, cmd.Org, cmd.Cluster)
 	if err != nil {
 		return PoolOutcome{}, err
 	}
 	env := pool.Env{Catalog: cat.State.Catalog, Cluster: &cl.State}
-	rec, payloads, err := execute[PoolRecord](ctx, h.base, poolRef(cmd.Org, cmd.Name), 0,
+	rec, payloads, err := execute[PoolRecord](ctx, a, poolRef(cmd.Org, cmd.Name), 0,
 		func(ctx context.Context, r *PoolRecord) ([]any, error) {
 			payloads, err := r.State.Create(create, env)
 			if err != nil {
 				return nil, err
 			}
-			return payloads, h.checkAssets(ctx, &r.State, payloads)
+			return payloads, a.checkAssets(ctx, &r.State, payloads)
 		})
 	if err != nil {
 		return PoolOutcome{}, err

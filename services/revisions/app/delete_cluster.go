@@ -12,24 +12,21 @@ type DeleteCluster struct {
 	ExpectedVersion uint64
 }
 
-// DeleteClusterHandler counts the cluster's live pools in the read model
+// DeleteCluster counts the cluster's live pools in the read model
 // (after it caught up with the log) and lets the domain refuse while any
-// remain.
-type DeleteClusterHandler struct{ *base }
-
-// Handle returns the cluster's final version.
-func (h DeleteClusterHandler) Handle(ctx context.Context, cmd DeleteCluster) (uint64, error) {
+// remain. It returns the cluster's final version.
+func (a *App) DeleteCluster(ctx context.Context, cmd DeleteCluster) (uint64, error) {
 	if _, err := actor(ctx); err != nil {
 		return 0, err
 	}
 	if err := ids(cmd.Org, "name", cmd.Name); err != nil {
 		return 0, err
 	}
-	if err := h.catchUp(ctx); err != nil {
+	if err := a.catchUp(ctx); err != nil {
 		return 0, err
 	}
-	pools := len(h.Model.Pools(cmd.Org, cmd.Name))
-	rec, _, err := execute[ClusterRecord](ctx, h.base, clusterRef(cmd.Org, cmd.Name), cmd.ExpectedVersion,
+	pools := len(a.Model.Pools(cmd.Org, cmd.Name))
+	rec, _, err := execute[ClusterRecord](ctx, a, clusterRef(cmd.Org, cmd.Name), cmd.ExpectedVersion,
 		func(_ context.Context, r *ClusterRecord) ([]any, error) {
 			if r.State.Name == "" {
 				return nil, notFound("cluster", cmd.Name)

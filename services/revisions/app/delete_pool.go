@@ -13,13 +13,11 @@ type DeletePool struct {
 	ExpectedVersion uint64
 }
 
-// DeletePoolHandler asks Machines (the registry, which owns machines)
+// DeletePool asks Machines (the registry, which owns machines)
 // whether machines still belong to the pool, and refuses while any do, so
-// that no machine is left in a pool that no longer exists.
-type DeletePoolHandler struct{ *base }
-
-// Handle returns the pool's final version.
-func (h DeletePoolHandler) Handle(ctx context.Context, cmd DeletePool) (uint64, error) {
+// that no machine is left in a pool that no longer exists. It returns the
+// pool's final version.
+func (a *App) DeletePool(ctx context.Context, cmd DeletePool) (uint64, error) {
 	author, err := actor(ctx)
 	if err != nil {
 		return 0, err
@@ -27,7 +25,7 @@ func (h DeletePoolHandler) Handle(ctx context.Context, cmd DeletePool) (uint64, 
 	if err := ids(cmd.Org, "name", cmd.Name); err != nil {
 		return 0, err
 	}
-	rec, _, err := execute[PoolRecord](ctx, h.base, poolRef(cmd.Org, cmd.Name), cmd.ExpectedVersion,
+	rec, _, err := execute[PoolRecord](ctx, a, poolRef(cmd.Org, cmd.Name), cmd.ExpectedVersion,
 		func(ctx context.Context, r *PoolRecord) ([]any, error) {
 			if r.State.Name == "" {
 				return nil, notFound("pool", cmd.Name)
@@ -39,7 +37,7 @@ func (h DeletePoolHandler) Handle(ctx context.Context, cmd DeletePool) (uint64, 
 			// Asked only once the domain would delete (a missing or
 			// deleted pool is answered without the registry), and again
 			// on every re-decision after a lost race.
-			if err := h.mustBeEmpty(ctx, cmd.Org, cmd.Name); err != nil {
+			if err := a.mustBeEmpty(ctx, cmd.Org, cmd.Name); err != nil {
 				return nil, err
 			}
 			return payloads, nil
@@ -55,11 +53,11 @@ func (h DeletePoolHandler) Handle(ctx context.Context, cmd DeletePool) (uint64, 
 // machine assigned between this answer and the append is not caught: the
 // gateway's check that a pool exists before an assignment has the same
 // window, and pre-registration may name any pool.
-func (h DeletePoolHandler) mustBeEmpty(ctx context.Context, org, name string) error {
-	if h.Machines == nil {
+func (a *App) mustBeEmpty(ctx context.Context, org, name string) error {
+	if a.Machines == nil {
 		return errs.Internal("cannot delete pool %q: the service has no registry client to ask whether machines still belong to it", name)
 	}
-	n, err := h.Machines.CountMachines(ctx, org, name)
+	n, err := a.Machines.CountMachines(ctx, org, name)
 	if err != nil {
 		return err
 	}

@@ -13,11 +13,9 @@ type DiffRevisions struct {
 	From, To  int
 }
 
-// DiffRevisionsHandler renders both revisions as the preview machine (see
-// PreviewIgnitionHandler) and diffs config and Ignition.
-type DiffRevisionsHandler struct{ *base }
-
-func (h DiffRevisionsHandler) Handle(ctx context.Context, q DiffRevisions) (diff.Diff, error) {
+// DiffRevisions renders both revisions as the preview machine (see
+// PreviewIgnition) and diffs config and Ignition.
+func (a *App) DiffRevisions(ctx context.Context, q DiffRevisions) (diff.Diff, error) {
 	var f errs.Fields
 	checkOrg(&f, q.Org)
 	checkName(&f, "pool", q.Pool)
@@ -32,7 +30,7 @@ func (h DiffRevisionsHandler) Handle(ctx context.Context, q DiffRevisions) (diff
 	}
 	// Revisions are numbered 1..n, so the pool has both if it has the
 	// higher one.
-	rec, _, err := GetPoolHandler(h).revision(ctx, q.Org, q.Pool, max(q.From, q.To))
+	rec, _, err := a.poolRevision(ctx, q.Org, q.Pool, max(q.From, q.To))
 	if err != nil {
 		return diff.Diff{}, err
 	}
@@ -44,14 +42,13 @@ func (h DiffRevisionsHandler) Handle(ctx context.Context, q DiffRevisions) (diff
 	if err != nil {
 		return diff.Diff{}, err
 	}
-	p := PreviewIgnitionHandler(h)
-	a, err := p.preview(ctx, q.Org, &rec, from)
+	before, err := a.preview(ctx, q.Org, &rec, from)
 	if err != nil {
 		return diff.Diff{}, err
 	}
-	b, err := p.preview(ctx, q.Org, &rec, to)
+	after, err := a.preview(ctx, q.Org, &rec, to)
 	if err != nil {
 		return diff.Diff{}, err
 	}
-	return diff.Revisions(from, to, a.Ignition, b.Ignition)
+	return diff.Revisions(from, to, before.Ignition, after.Ignition)
 }

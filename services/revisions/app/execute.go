@@ -8,6 +8,7 @@ import (
 	"github.com/anvil-fleet/anvil/libs/events"
 	"github.com/anvil-fleet/anvil/libs/events/aggregate"
 	"github.com/anvil-fleet/anvil/libs/events/errs"
+	"github.com/anvil-fleet/anvil/libs/fields"
 	"github.com/anvil-fleet/anvil/services/revisions/domain/check"
 )
 
@@ -30,8 +31,8 @@ type folder interface {
 func executor[R any, P interface {
 	*R
 	folder
-}](b *base) *aggregate.Executor[P] {
-	return &aggregate.Executor[P]{Store: b.Store, Registry: b.Registry, Clock: b.Clock, Retry: b.Retry,
+}](a *App) *aggregate.Executor[P] {
+	return &aggregate.Executor[P]{Store: a.Store, Registry: a.Registry, Clock: a.Now, Retry: a.Retry,
 		Initial: func() P { return P(new(R)) },
 		Apply: func(rec P, env *events.Envelope, payload any) P {
 			rec.Apply(env, payload)
@@ -43,8 +44,8 @@ func executor[R any, P interface {
 func load[R any, P interface {
 	*R
 	folder
-}](ctx context.Context, b *base, ref events.AggregateRef) (P, error) {
-	rec, _, err := executor[R, P](b).Load(ctx, ref)
+}](ctx context.Context, a *App, ref events.AggregateRef) (P, error) {
+	rec, _, err := executor[R, P](a).Load(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
@@ -55,8 +56,8 @@ func load[R any, P interface {
 func loadAt[R any, P interface {
 	*R
 	folder
-}](ctx context.Context, b *base, ref events.AggregateRef, pos events.Position) (P, error) {
-	rec, _, err := executor[R, P](b).LoadAt(ctx, ref, pos)
+}](ctx context.Context, a *App, ref events.AggregateRef, pos events.Position) (P, error) {
+	rec, _, err := executor[R, P](a).LoadAt(ctx, ref, pos)
 	if err != nil {
 		return nil, err
 	}
@@ -72,8 +73,8 @@ func loadAt[R any, P interface {
 func execute[R any, P interface {
 	*R
 	folder
-}](ctx context.Context, b *base, ref events.AggregateRef, expected uint64, decide func(context.Context, P) ([]any, error)) (P, []any, error) {
-	res, err := executor[R, P](b).Execute(ctx, aggregate.Command[P]{Ref: ref, Expected: expected,
+}](ctx context.Context, a *App, ref events.AggregateRef, expected uint64, decide func(context.Context, P) ([]any, error)) (P, []any, error) {
+	res, err := executor[R, P](a).Execute(ctx, aggregate.Command[P]{Ref: ref, Expected: expected,
 		Decide: func(rec P, _ time.Time) ([]any, error) { return decide(ctx, rec) }})
 	if err != nil {
 		return nil, nil, err
@@ -93,11 +94,10 @@ func storeErr(what string, err error) error {
 	return errs.Unavailable("event store: %s: %v", what, err)
 }
 
-// checkOrg validates the organization every request names: an RFC 1123
-// label (the registry's organization id), which also keeps it a single
-// subject token and excludes the platform's own "_platform".
+// checkOrg validates the organization every request names with the rule
+// every service shares (fields.OrgID, the registry's organization id).
 func checkOrg(f *errs.Fields, org string) {
-	if err := check.DNSLabel(org); err != nil {
+	if err := fields.OrgID(org); err != nil {
 		f.Add("org", "%v", err)
 	}
 }
@@ -138,13 +138,13 @@ func actor(ctx context.Context) (string, error) {
 }
 
 // waitFor blocks until the read model has applied seq (0: no wait).
-func (b *base) waitFor(ctx context.Context, seq uint64) error {
-	if seq == 0 || b.Projection == nil {
+func (a *App) waitFor(ctx context.Context, seq uint64) error {
+	if seq == 0 || a.Projection == nil {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, readWait)
 	defer cancel()
-	if err := b.Projection.WaitFor(ctx, seq); err != nil {
+	if err := a.Projection.WaitFor(ctx, seq); err != nil {
 		return errs.Unavailable("the read model has not reached version %d yet; try again", seq)
 	}
 	return nil
@@ -153,23 +153,23 @@ func (b *base) waitFor(ctx context.Context, seq uint64) error {
 // catchUp waits until the read model has applied everything in the log
 // now, before a decision that reads other aggregates from it (the pools of
 // a cluster, say).
-func (b *base) catchUp(ctx context.Context) error {
-	head, err := b.Store.Head(ctx)
+func (a *App) catchUp(ctx context.Context) error {
+	head, err := a.Store.Head(ctx)
 	if err != nil {
 		return storeErr("reading the log's head", err)
 	}
-	return b.waitFor(ctx, head)
+	return a.waitFor(ctx, head)
 }
 
 // loadCatalog reads the catalog from the log (commands decide on the
 // authoritative state, not on the read model).
-func (b *base) loadCatalog(ctx context.Context) (*CatalogRecord, error) {
-	return load[CatalogRecord](ctx, b, CatalogRef)
+func (a *App) loadCatalog(ctx context.Context) (*CatalogRecord, error) {
+	return load[CatalogRecord](ctx, a, CatalogRef)
 }
 
 // loadCluster reads a cluster of org from the log.
-func (b *base) loadCluster(ctx context.Context, org, name string) (*ClusterRecord, error) {
-	return load[ClusterRecord](ctx, b, clusterRef(org, name))
+func (a *App) loadCluster(ctx context.Context, org, name string) (*ClusterRecord, error) {
+	return load[ClusterRecord](ctx, a, clusterRef(org, name))
 }
 
 // validationOnly keeps err if it is a validation error: used to report

@@ -21,16 +21,14 @@ type ClusterView struct {
 	Pools int
 }
 
-// GetClusterHandler serves live reads from the read model and time travel
+// GetCluster serves live reads from the read model and time travel
 // from the log.
-type GetClusterHandler struct{ *base }
-
-func (h GetClusterHandler) Handle(ctx context.Context, q GetCluster) (ClusterView, error) {
+func (a *App) GetCluster(ctx context.Context, q GetCluster) (ClusterView, error) {
 	if err := ids(q.Org, "name", q.Name); err != nil {
 		return ClusterView{}, err
 	}
 	if !q.At.IsZero() {
-		rec, err := loadAt[ClusterRecord](ctx, h.base, clusterRef(q.Org, q.Name), q.At)
+		rec, err := loadAt[ClusterRecord](ctx, a, clusterRef(q.Org, q.Name), q.At)
 		if err != nil {
 			return ClusterView{}, err
 		}
@@ -39,26 +37,26 @@ func (h GetClusterHandler) Handle(ctx context.Context, q GetCluster) (ClusterVie
 		}
 		return ClusterView{ClusterRecord: *rec}, nil
 	}
-	if err := h.waitFor(ctx, q.MinVersion); err != nil {
+	if err := a.waitFor(ctx, q.MinVersion); err != nil {
 		return ClusterView{}, err
 	}
-	rec, err := h.liveCluster(ctx, q.Org, q.Name)
+	rec, err := a.liveCluster(ctx, q.Org, q.Name)
 	if err != nil {
 		return ClusterView{}, err
 	}
-	return ClusterView{ClusterRecord: rec, Pools: len(h.Model.Pools(q.Org, q.Name))}, nil
+	return ClusterView{ClusterRecord: rec, Pools: len(a.Model.Pools(q.Org, q.Name))}, nil
 }
 
 // liveCluster returns a live cluster from the read model. A miss may only
 // mean that this replica has not applied the cluster's events yet, so the
 // model first catches up with the log's head and is asked again.
-func (b *base) liveCluster(ctx context.Context, org, name string) (ClusterRecord, error) {
-	rec, ok := b.Model.Cluster(org, name)
+func (a *App) liveCluster(ctx context.Context, org, name string) (ClusterRecord, error) {
+	rec, ok := a.Model.Cluster(org, name)
 	if !ok || !rec.State.Exists() {
-		if err := b.catchUp(ctx); err != nil {
+		if err := a.catchUp(ctx); err != nil {
 			return ClusterRecord{}, err
 		}
-		if rec, ok = b.Model.Cluster(org, name); !ok || !rec.State.Exists() {
+		if rec, ok = a.Model.Cluster(org, name); !ok || !rec.State.Exists() {
 			return ClusterRecord{}, notFound("cluster", name)
 		}
 	}

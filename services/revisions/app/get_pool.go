@@ -16,16 +16,14 @@ type GetPool struct {
 	MinVersion uint64
 }
 
-// GetPoolHandler serves live reads from the read model and time travel
+// GetPool serves live reads from the read model and time travel
 // from the log.
-type GetPoolHandler struct{ *base }
-
-func (h GetPoolHandler) Handle(ctx context.Context, q GetPool) (PoolRecord, error) {
+func (a *App) GetPool(ctx context.Context, q GetPool) (PoolRecord, error) {
 	if err := ids(q.Org, "name", q.Name); err != nil {
 		return PoolRecord{}, err
 	}
 	if !q.At.IsZero() {
-		rec, err := loadAt[PoolRecord](ctx, h.base, poolRef(q.Org, q.Name), q.At)
+		rec, err := loadAt[PoolRecord](ctx, a, poolRef(q.Org, q.Name), q.At)
 		if err != nil {
 			return PoolRecord{}, err
 		}
@@ -34,42 +32,42 @@ func (h GetPoolHandler) Handle(ctx context.Context, q GetPool) (PoolRecord, erro
 		}
 		return *rec, nil
 	}
-	return h.live(ctx, q.Org, q.Name, q.MinVersion)
+	return a.livePool(ctx, q.Org, q.Name, q.MinVersion)
 }
 
-// live returns a live pool from the read model. A miss may only mean that
+// livePool returns a live pool from the read model. A miss may only mean that
 // this replica has not applied the pool's events yet (it was just created,
 // through another replica say), so the model first catches up with the
 // log's head and is asked again.
-func (h GetPoolHandler) live(ctx context.Context, org, name string, minVersion uint64) (PoolRecord, error) {
-	if err := h.waitFor(ctx, minVersion); err != nil {
+func (a *App) livePool(ctx context.Context, org, name string, minVersion uint64) (PoolRecord, error) {
+	if err := a.waitFor(ctx, minVersion); err != nil {
 		return PoolRecord{}, err
 	}
-	rec, ok := h.Model.Pool(org, name)
+	rec, ok := a.Model.Pool(org, name)
 	if !ok || !live(&rec.State) {
-		if err := h.catchUp(ctx); err != nil {
+		if err := a.catchUp(ctx); err != nil {
 			return PoolRecord{}, err
 		}
-		if rec, ok = h.Model.Pool(org, name); !ok || !live(&rec.State) {
+		if rec, ok = a.Model.Pool(org, name); !ok || !live(&rec.State) {
 			return PoolRecord{}, notFound("pool", name)
 		}
 	}
 	return rec, nil
 }
 
-// revision returns revision n of a live pool, catching up with the log
+// poolRevision returns revision n of a live pool, catching up with the log
 // once if the model does not have it yet.
-func (h GetPoolHandler) revision(ctx context.Context, org, name string, n int) (PoolRecord, pool.Revision, error) {
-	rec, err := h.live(ctx, org, name, 0)
+func (a *App) poolRevision(ctx context.Context, org, name string, n int) (PoolRecord, pool.Revision, error) {
+	rec, err := a.livePool(ctx, org, name, 0)
 	if err != nil {
 		return PoolRecord{}, pool.Revision{}, err
 	}
 	rev, err := rec.State.Revision(n)
 	if err != nil && len(rec.State.Revisions) < n {
-		if err := h.catchUp(ctx); err != nil {
+		if err := a.catchUp(ctx); err != nil {
 			return PoolRecord{}, pool.Revision{}, err
 		}
-		if rec, err = h.live(ctx, org, name, 0); err != nil {
+		if rec, err = a.livePool(ctx, org, name, 0); err != nil {
 			return PoolRecord{}, pool.Revision{}, err
 		}
 		rev, err = rec.State.Revision(n)

@@ -20,10 +20,8 @@ type RevisionView struct {
 	Revision pool.Revision
 }
 
-// GetRevisionHandler reads the read model.
-type GetRevisionHandler struct{ *base }
-
-func (h GetRevisionHandler) Handle(ctx context.Context, q GetRevision) (RevisionView, error) {
+// GetRevision reads the read model.
+func (a *App) GetRevision(ctx context.Context, q GetRevision) (RevisionView, error) {
 	var f errs.Fields
 	checkOrg(&f, q.Org)
 	checkName(&f, "pool", q.Pool)
@@ -33,10 +31,10 @@ func (h GetRevisionHandler) Handle(ctx context.Context, q GetRevision) (Revision
 	if err := f.Err(); err != nil {
 		return RevisionView{}, err
 	}
-	if err := h.waitFor(ctx, q.MinVersion); err != nil {
+	if err := a.waitFor(ctx, q.MinVersion); err != nil {
 		return RevisionView{}, err
 	}
-	rec, rev, err := GetPoolHandler(h).revision(ctx, q.Org, q.Pool, q.Revision)
+	rec, rev, err := a.poolRevision(ctx, q.Org, q.Pool, q.Revision)
 	if err != nil {
 		return RevisionView{}, err
 	}

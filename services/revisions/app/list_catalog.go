@@ -9,14 +9,12 @@ type ListCatalog struct {
 	Org string
 }
 
-// ListCatalogHandler reads the read model.
-type ListCatalogHandler struct{ *base }
-
-func (h ListCatalogHandler) Handle(_ context.Context, q ListCatalog) (CatalogRecord, error) {
+// ListCatalog reads the read model.
+func (a *App) ListCatalog(_ context.Context, q ListCatalog) (CatalogRecord, error) {
 	if q.Org != "" {
 		if err := ids(q.Org); err != nil {
 			return CatalogRecord{}, err
 		}
 	}
-	return h.Model.Catalog(), nil
+	return a.Model.Catalog(), nil
 }

@@ -8,20 +8,18 @@ type ListClusters struct {
 	MinVersion uint64
 }
 
-// ListClustersHandler reads the read model.
-type ListClustersHandler struct{ *base }
-
-func (h ListClustersHandler) Handle(ctx context.Context, q ListClusters) ([]ClusterView, error) {
+// ListClusters reads the read model.
+func (a *App) ListClusters(ctx context.Context, q ListClusters) ([]ClusterView, error) {
 	if err := ids(q.Org); err != nil {
 		return nil, err
 	}
-	if err := h.waitFor(ctx, q.MinVersion); err != nil {
+	if err := a.waitFor(ctx, q.MinVersion); err != nil {
 		return nil, err
 	}
-	recs := h.Model.Clusters(q.Org)
+	recs := a.Model.Clusters(q.Org)
 	out := make([]ClusterView, len(recs))
 	for i, r := range recs {
-		out[i] = ClusterView{ClusterRecord: r, Pools: len(h.Model.Pools(q.Org, r.State.Name))}
+		out[i] = ClusterView{ClusterRecord: r, Pools: len(a.Model.Pools(q.Org, r.State.Name))}
 	}
 	return out, nil
 }

@@ -12,10 +12,8 @@ type ListPools struct {
 	MinVersion   uint64
 }
 
-// ListPoolsHandler reads the read model.
-type ListPoolsHandler struct{ *base }
-
-func (h ListPoolsHandler) Handle(ctx context.Context, q ListPools) ([]PoolRecord, error) {
+// ListPools reads the read model.
+func (a *App) ListPools(ctx context.Context, q ListPools) ([]PoolRecord, error) {
 	var f errs.Fields
 	checkOrg(&f, q.Org)
 	if q.Cluster != "" {
@@ -24,8 +22,8 @@ func (h ListPoolsHandler) Handle(ctx context.Context, q ListPools) ([]PoolRecord
 	if err := f.Err(); err != nil {
 		return nil, err
 	}
-	if err := h.waitFor(ctx, q.MinVersion); err != nil {
+	if err := a.waitFor(ctx, q.MinVersion); err != nil {
 		return nil, err
 	}
-	return h.Model.Pools(q.Org, q.Cluster), nil
+	return a.Model.Pools(q.Org, q.Cluster), nil
 }

@@ -8,13 +8,11 @@ type ListRevisions struct {
 	MinVersion uint64
 }
 
-// ListRevisionsHandler reads the pool from the read model; its revisions
+// ListRevisions reads the pool from the read model; its revisions
 // are in the record, oldest first.
-type ListRevisionsHandler struct{ *base }
-
-func (h ListRevisionsHandler) Handle(ctx context.Context, q ListRevisions) (PoolRecord, error) {
+func (a *App) ListRevisions(ctx context.Context, q ListRevisions) (PoolRecord, error) {
 	if err := ids(q.Org, "pool", q.Pool); err != nil {
 		return PoolRecord{}, err
 	}
-	return GetPoolHandler(h).live(ctx, q.Org, q.Pool, q.MinVersion)
+	return a.livePool(ctx, q.Org, q.Pool, q.MinVersion)
 }

@@ -14,9 +14,16 @@ import (
 // PlatformActor is the actor of the events the platform appends by itself.
 const PlatformActor = pool.PlatformActor
 
-// PlanPlatformRevisionsHandler reacts to catalog.version_added: for every
-// pool of every organization on the added version's minor and older than
-// its newest patch, it creates a platform-made revision. It is pending
+// PlanPlatformRevisionsEventTypes are the events PlanPlatformRevisions
+// reacts to.
+func PlanPlatformRevisionsEventTypes() []string {
+	return []string{catalog.VersionAdded{}.EventType()}
+}
+
+// PlanPlatformRevisions plans and decides the platform revisions for one
+// added version. It reacts to catalog.version_added: for every pool of
+// every organization on the added version's minor and older than its
+// newest patch, it creates a platform-made revision. It is pending
 // (not applied) unless the pool auto-applies platform revisions: then the
 // same append requests its rollout, by "platform", once the boot service
 // is known to serve its files; the rollout service holds it until the
@@ -27,75 +34,67 @@ const PlatformActor = pool.PlatformActor
 // loaded from the log, and a pool already at (or past) the version gets
 // nothing, so a redelivered event changes nothing (the revision and its
 // apply are one append).
-type PlanPlatformRevisionsHandler struct{ *base }
-
-// EventTypes are the events this handler reacts to.
-func (PlanPlatformRevisionsHandler) EventTypes() []string {
-	return []string{catalog.VersionAdded{}.EventType()}
-}
-
-// Handle plans and decides the platform revisions for one added version.
-func (h PlanPlatformRevisionsHandler) Handle(ctx context.Context, env *events.Envelope, payload any) error {
+func (a *App) PlanPlatformRevisions(ctx context.Context, env *events.Envelope, payload any) error {
 	added, ok := payload.(catalog.VersionAdded)
 	if !ok || env.Ref() != CatalogRef {
 		return nil
 	}
 	v, err := catalog.ParseVersion(added.Version)
 	if err != nil {
-		h.Log.ErrorContext(ctx, "catalog.version_added with an unparsable version; ignored", "seq", env.Sequence, "err", err)
+		a.Log.ErrorContext(ctx, "catalog.version_added with an unparsable version; ignored", "seq", env.Sequence, "err", err)
 		return nil
 	}
 	// The pools must be read as of (at least) this event.
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	err = h.Projection.WaitFor(wctx, env.Sequence)
+	err = a.Projection.WaitFor(wctx, env.Sequence)
 	cancel()
 	if err != nil {
 		return errs.Unavailable("the read model has not reached sequence %d: %v", env.Sequence, err)
 	}
-	cat := h.Model.Catalog().State.Catalog.With(v)
+	cat := a.Model.Catalog().State.Catalog.With(v)
 	ctx = events.WithActor(ctx, PlatformActor)
 
 	var failed []error
-	for _, org := range h.Model.Orgs() {
-		recs := h.Model.Pools(org, "")
+	for _, org := range a.Model.Orgs() {
+		recs := a.Model.Pools(org, "")
 		pools := make([]*pool.Pool, len(recs))
 		for i := range recs {
 			pools[i] = &recs[i].State
 		}
 		controlPlanes := map[string]catalog.Version{}
-		for _, c := range h.Model.Clusters(org) {
+		for _, c := range a.Model.Clusters(org) {
 			controlPlanes[c.State.Name] = c.State.KubernetesVersion
 		}
-		plan := pool.PlanPatch(cat, v, pools, controlPlanes, h.Clock())
+		plan := pool.PlanPatch(cat, v, pools, controlPlanes, a.Now())
 		for _, held := range plan.Held {
-			h.Log.InfoContext(ctx, "platform revision held back", "org", org, "pool", held.Pool, "version", v.String(), "reason", held.Reason)
+			a.Log.InfoContext(ctx, "platform revision held back", "org", org, "pool", held.Pool, "version", v.String(), "reason", held.Reason)
 		}
 		for _, c := range plan.Commands {
-			_, payloads, err := execute[PoolRecord](ctx, h.base, poolRef(org, c.Pool), 0,
+			_, payloads, err := execute[PoolRecord](ctx, a, poolRef(org, c.Pool), 0,
 				func(ctx context.Context, r *PoolRecord) ([]any, error) {
 					if !live(&r.State) {
 						return nil, nil
 					}
-					cl, err := h.loadCluster(ctx, org, r.State.Cluster)
+					cl, err := a.loadCluster(ctx, org, r.State.Cluster)
 					if err != nil {
 						return nil, err
 					}
-					return h.decidePlatformRevision(ctx, &r.State, c.Command, pool.Env{Catalog: cat, Cluster: &cl.State})
+					return a.decidePlatformRevision(ctx, &r.State, c.Command, pool.Env{Catalog: cat, Cluster: &cl.State})
 				})
 			switch {
 			case err == nil && len(payloads) > 0:
 				rc := payloads[0].(pool.RevisionCreated)
 				attrs := []any{"org", org, "pool", c.Pool, "revision", rc.Revision.Number, "kubernetes_version", c.Command.KubernetesVersion}
 				if ar, ok := applyOf(payloads); ok {
-					h.Log.InfoContext(ctx, "platform revision created and applied", append(attrs, "rollout", ar.RolloutID)...)
+					a.Log.InfoContext(ctx, "platform revision created and applied", append(attrs, "rollout", ar.RolloutID)...)
 				} else {
-					h.Log.InfoContext(ctx, "platform revision created", attrs...)
+					a.Log.InfoContext(ctx, "platform revision created", attrs...)
 				}
 			case err == nil:
 			case errs.Is(err, errs.KindConflict), errs.Is(err, errs.KindNotFound), errs.Is(err, errs.KindValidation):
 				// The pool moved on (another minor, deleted, its control
 				// plane changed): nothing to do for it, now or on a retry.
-				h.Log.InfoContext(ctx, "platform revision not created", "org", org, "pool", c.Pool, "reason", err.Error())
+				a.Log.InfoContext(ctx, "platform revision not created", "org", org, "pool", c.Pool, "reason", err.Error())
 			default:
 				failed = append(failed, err)
 			}
@@ -109,12 +108,12 @@ func (h PlanPlatformRevisionsHandler) Handle(ctx context.Context, env *events.En
 // service can serve the files of: if it cannot say (unavailable) nothing
 // is appended and the event is retried; if it lacks them the revision is
 // made pending, and its message says why it was not applied.
-func (h PlanPlatformRevisionsHandler) decidePlatformRevision(ctx context.Context, p *pool.Pool, cmd pool.CreatePlatformRevision, env pool.Env) ([]any, error) {
+func (a *App) decidePlatformRevision(ctx context.Context, p *pool.Pool, cmd pool.CreatePlatformRevision, env pool.Env) ([]any, error) {
 	payloads, err := p.CreatePlatformRevision(cmd, env)
 	if _, applies := applyOf(payloads); err != nil || !applies {
 		return payloads, err
 	}
-	err = h.checkAssets(ctx, p, payloads)
+	err = a.checkAssets(ctx, p, payloads)
 	switch {
 	case err == nil:
 		return payloads, nil

@@ -23,17 +23,15 @@ type Preview struct {
 	Ignition []byte
 }
 
-// PreviewIgnitionHandler renders render.Preview: a machine named "preview"
-// without labels of its own. Previews are for people, so the bootstrap
-// token's secret half is replaced by RedactedTokenSecret; nothing needs to
-// be decrypted, and a preview or a diff never shows a credential.
-type PreviewIgnitionHandler struct{ *base }
-
 // RedactedTokenSecret stands in for the secret half of the bootstrap token
 // in previews and diffs (it has the token's syntax, [a-z0-9]{16}).
 const RedactedTokenSecret = "redactedredacted"
 
-func (h PreviewIgnitionHandler) Handle(ctx context.Context, q PreviewIgnition) (Preview, error) {
+// PreviewIgnition renders render.Preview: a machine named "preview"
+// without labels of its own. Previews are for people, so the bootstrap
+// token's secret half is replaced by RedactedTokenSecret; nothing needs to
+// be decrypted, and a preview or a diff never shows a credential.
+func (a *App) PreviewIgnition(ctx context.Context, q PreviewIgnition) (Preview, error) {
 	var f errs.Fields
 	checkOrg(&f, q.Org)
 	checkName(&f, "pool", q.Pool)
@@ -43,15 +41,15 @@ func (h PreviewIgnitionHandler) Handle(ctx context.Context, q PreviewIgnition) (
 	if err := f.Err(); err != nil {
 		return Preview{}, err
 	}
-	rec, rev, err := GetPoolHandler(h).revision(ctx, q.Org, q.Pool, q.Revision)
+	rec, rev, err := a.poolRevision(ctx, q.Org, q.Pool, q.Revision)
 	if err != nil {
 		return Preview{}, err
 	}
-	return h.preview(ctx, q.Org, &rec, rev)
+	return a.preview(ctx, q.Org, &rec, rev)
 }
 
-func (h PreviewIgnitionHandler) preview(ctx context.Context, org string, rec *PoolRecord, rev pool.Revision) (Preview, error) {
-	cl, ok := h.Model.Cluster(org, rec.State.Cluster)
+func (a *App) preview(ctx context.Context, org string, rec *PoolRecord, rev pool.Revision) (Preview, error) {
+	cl, ok := a.Model.Cluster(org, rec.State.Cluster)
 	if !ok || !cl.State.Exists() {
 		return Preview{}, errs.NotFound("cluster %q of pool %q not found", rec.State.Cluster, rec.State.Name)
 	}
@@ -60,7 +58,7 @@ func (h PreviewIgnitionHandler) preview(ctx context.Context, org string, rec *Po
 		BootstrapToken: secret.Secret(cl.State.BootstrapTokenID + "." + RedactedTokenSecret),
 		CACertHash:     cl.State.CACertHash,
 	}
-	opts, err := h.renderOptions(ctx, rev)
+	opts, err := a.renderOptions(ctx, rev)
 	if err != nil {
 		return Preview{}, err
 	}
@@ -68,7 +66,7 @@ func (h PreviewIgnitionHandler) preview(ctx context.Context, org string, rec *Po
 	if err != nil {
 		return Preview{}, err
 	}
-	out, err := h.Renderer.Render(in)
+	out, err := a.Renderer.Render(in)
 	if err != nil {
 		return Preview{}, err
 	}

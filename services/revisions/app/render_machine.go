@@ -23,13 +23,12 @@ type RenderedMachine struct {
 	Ignition []byte
 }
 
-// RenderMachineHandler is the boot service's hot path: it reads the pool
+// RenderMachine is the boot service's hot path: it reads the pool
 // and cluster from the read model, opens the join material with the
 // configured keys and renders through the cache, so a rack that powers on
-// at once costs one render per distinct machine revision.
-type RenderMachineHandler struct{ *base }
-
-func (h RenderMachineHandler) Handle(ctx context.Context, q RenderMachine) (RenderedMachine, error) {
+// at once costs one Butane render per pool revision (render.Templates)
+// and a cheap specialisation per distinct machine revision.
+func (a *App) RenderMachine(ctx context.Context, q RenderMachine) (RenderedMachine, error) {
 	var f errs.Fields
 	checkOrg(&f, q.Org)
 	checkName(&f, "pool", q.Pool)
@@ -40,15 +39,15 @@ func (h RenderMachineHandler) Handle(ctx context.Context, q RenderMachine) (Rend
 	if err := f.Err(); err != nil {
 		return RenderedMachine{}, err
 	}
-	rec, rev, err := GetPoolHandler(h).revision(ctx, q.Org, q.Pool, q.Revision)
+	rec, rev, err := a.poolRevision(ctx, q.Org, q.Pool, q.Revision)
 	if err != nil {
 		return RenderedMachine{}, err
 	}
-	cl, ok := h.Model.Cluster(q.Org, rec.State.Cluster)
+	cl, ok := a.Model.Cluster(q.Org, rec.State.Cluster)
 	if !ok || !cl.State.Exists() {
 		return RenderedMachine{}, errs.NotFound("cluster %q of pool %q not found", rec.State.Cluster, q.Pool)
 	}
-	join, err := cl.State.OpenJoin(h.Keys...)
+	join, err := cl.State.OpenJoin(a.Keys...)
 	if err != nil {
 		return RenderedMachine{}, err
 	}
@@ -56,11 +55,11 @@ func (h RenderMachineHandler) Handle(ctx context.Context, q RenderMachine) (Rend
 	if err != nil {
 		return RenderedMachine{}, err
 	}
-	opts, err := h.renderOptions(ctx, rev)
+	opts, err := a.renderOptions(ctx, rev)
 	if err != nil {
 		return RenderedMachine{}, err
 	}
-	out, err := h.Renderer.Render(render.Input{Machine: m, Revision: rev, Join: join, Options: opts})
+	out, err := a.Renderer.Render(render.Input{Machine: m, Revision: rev, Join: join, Options: opts})
 	if err != nil {
 		return RenderedMachine{}, err
 	}

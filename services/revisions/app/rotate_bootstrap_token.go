@@ -16,11 +16,9 @@ type RotateBootstrapToken struct {
 	ExpectedVersion uint64
 }
 
-// RotateBootstrapTokenHandler seals the new token.
-type RotateBootstrapTokenHandler struct{ *base }
-
-func (h RotateBootstrapTokenHandler) Handle(ctx context.Context, cmd RotateBootstrapToken) (ClusterRecord, error) {
-	return rotateCluster(ctx, h.base, cmd.Org, cmd.Name, cmd.ExpectedVersion, func(c *cluster.Cluster, s cluster.Sealer) ([]any, error) {
+// RotateBootstrapToken seals the new token.
+func (a *App) RotateBootstrapToken(ctx context.Context, cmd RotateBootstrapToken) (ClusterRecord, error) {
+	return a.rotateCluster(ctx, cmd.Org, cmd.Name, cmd.ExpectedVersion, func(c *cluster.Cluster, s cluster.Sealer) ([]any, error) {
 		return c.RotateBootstrapToken(cluster.RotateBootstrapToken{BootstrapToken: cmd.BootstrapToken}, s)
 	})
 }

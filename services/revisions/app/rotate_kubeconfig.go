@@ -15,18 +15,16 @@ type RotateKubeconfig struct {
 	ExpectedVersion uint64
 }
 
-// RotateKubeconfigHandler seals the new kubeconfig.
-type RotateKubeconfigHandler struct{ *base }
-
-func (h RotateKubeconfigHandler) Handle(ctx context.Context, cmd RotateKubeconfig) (ClusterRecord, error) {
-	return rotateCluster(ctx, h.base, cmd.Org, cmd.Name, cmd.ExpectedVersion, func(c *cluster.Cluster, s cluster.Sealer) ([]any, error) {
+// RotateKubeconfig seals the new kubeconfig.
+func (a *App) RotateKubeconfig(ctx context.Context, cmd RotateKubeconfig) (ClusterRecord, error) {
+	return a.rotateCluster(ctx, cmd.Org, cmd.Name, cmd.ExpectedVersion, func(c *cluster.Cluster, s cluster.Sealer) ([]any, error) {
 		return c.RotateKubeconfig(cluster.RotateKubeconfig{Kubeconfig: cmd.Kubeconfig}, s)
 	})
 }
 
 // rotateCluster replaces one of a cluster's sealed secrets with rotate,
 // sealing with the first configured key.
-func rotateCluster(ctx context.Context, h *base, org, name string, expected uint64,
+func (a *App) rotateCluster(ctx context.Context, org, name string, expected uint64,
 	rotate func(*cluster.Cluster, cluster.Sealer) ([]any, error)) (ClusterRecord, error) {
 	if _, err := actor(ctx); err != nil {
 		return ClusterRecord{}, err
@@ -34,8 +32,8 @@ func rotateCluster(ctx context.Context, h *base, org, name string, expected uint
 	if err := ids(org, "name", name); err != nil {
 		return ClusterRecord{}, err
 	}
-	sealer := cluster.Sealer{Key: h.Keys[0], Nonces: h.Nonces}
-	rec, _, err := execute[ClusterRecord](ctx, h, clusterRef(org, name), expected,
+	sealer := cluster.Sealer{Key: a.Keys[0], Nonces: a.Nonces}
+	rec, _, err := execute[ClusterRecord](ctx, a, clusterRef(org, name), expected,
 		func(_ context.Context, r *ClusterRecord) ([]any, error) {
 			if r.State.Name == "" {
 				return nil, notFound("cluster", name)

@@ -2,16 +2,14 @@ package app
 
 import "context"
 
-// SeedCatalogHandler seeds the Kubernetes version catalog with the
+// SeedCatalog seeds the Kubernetes version catalog with the
 // configured versions on the service's first start; once the catalog
 // exists it changes nothing (administrators add versions with
 // AddCatalogVersion). Replicas starting together race harmlessly: one
-// append wins, the others re-decide and find the catalog seeded.
-type SeedCatalogHandler struct{ *base }
-
-// Handle returns the catalog and whether this call seeded it.
-func (h SeedCatalogHandler) Handle(ctx context.Context, versions []string) (CatalogRecord, bool, error) {
-	rec, payloads, err := execute[CatalogRecord](ctx, h.base, CatalogRef, 0,
+// append wins, the others re-decide and find the catalog seeded. It
+// returns the catalog and whether this call seeded it.
+func (a *App) SeedCatalog(ctx context.Context, versions []string) (CatalogRecord, bool, error) {
+	rec, payloads, err := execute[CatalogRecord](ctx, a, CatalogRef, 0,
 		func(_ context.Context, r *CatalogRecord) ([]any, error) {
 			return r.State.Seed(versions)
 		})

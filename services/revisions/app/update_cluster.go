@@ -21,12 +21,10 @@ type UpdateClusterResult struct {
 	Changed bool
 }
 
-// UpdateClusterHandler fills in the kubelet version of each of the
+// UpdateCluster fills in the kubelet version of each of the
 // cluster's pools, so that the domain refuses a control plane version that
 // would break the skew policy for any of them.
-type UpdateClusterHandler struct{ *base }
-
-func (h UpdateClusterHandler) Handle(ctx context.Context, cmd UpdateCluster) (UpdateClusterResult, error) {
+func (a *App) UpdateCluster(ctx context.Context, cmd UpdateCluster) (UpdateClusterResult, error) {
 	if _, err := actor(ctx); err != nil {
 		return UpdateClusterResult{}, err
 	}
@@ -35,15 +33,15 @@ func (h UpdateClusterHandler) Handle(ctx context.Context, cmd UpdateCluster) (Up
 	}
 	upd := cmd.Update
 	if upd.KubernetesVersion != nil {
-		if err := h.catchUp(ctx); err != nil {
+		if err := a.catchUp(ctx); err != nil {
 			return UpdateClusterResult{}, err
 		}
 		upd.PoolKubelets = map[string]catalog.Version{}
-		for _, p := range h.Model.Pools(cmd.Org, cmd.Name) {
+		for _, p := range a.Model.Pools(cmd.Org, cmd.Name) {
 			upd.PoolKubelets[p.State.Name] = p.State.KubernetesVersion()
 		}
 	}
-	rec, payloads, err := execute[ClusterRecord](ctx, h.base, clusterRef(cmd.Org, cmd.Name), cmd.ExpectedVersion,
+	rec, payloads, err := execute[ClusterRecord](ctx, a, clusterRef(cmd.Org, cmd.Name), cmd.ExpectedVersion,
 		func(_ context.Context, r *ClusterRecord) ([]any, error) {
 			if r.State.Name == "" {
 				return nil, notFound("cluster", cmd.Name)

@@ -17,12 +17,10 @@ type UpdatePool struct {
 	ExpectedVersion uint64
 }
 
-// UpdatePoolHandler makes at most one revision per save; the revision's
+// UpdatePool makes at most one revision per save; the revision's
 // number comes from the pool's folded state, and the optimistic append on
 // the pool's subject makes it unique.
-type UpdatePoolHandler struct{ *base }
-
-func (h UpdatePoolHandler) Handle(ctx context.Context, cmd UpdatePool) (PoolOutcome, error) {
+func (a *App) UpdatePool(ctx context.Context, cmd UpdatePool) (PoolOutcome, error) {
 	author, err := actor(ctx)
 	if err != nil {
 		return PoolOutcome{}, err
@@ -32,26 +30,26 @@ func (h UpdatePoolHandler) Handle(ctx context.Context, cmd UpdatePool) (PoolOutc
 		validationOnly(&f, cmd.Spec.Validate())
 		return PoolOutcome{}, f.Err()
 	}
-	cat, err := h.loadCatalog(ctx)
+	cat, err := a.loadCatalog(ctx)
 	if err != nil {
 		return PoolOutcome{}, err
 	}
-	rec, payloads, err := execute[PoolRecord](ctx, h.base, poolRef(cmd.Org, cmd.Name), cmd.ExpectedVersion,
+	rec, payloads, err := execute[PoolRecord](ctx, a, poolRef(cmd.Org, cmd.Name), cmd.ExpectedVersion,
 		func(ctx context.Context, r *PoolRecord) ([]any, error) {
 			if r.State.Name == "" {
 				return nil, notFound("pool", cmd.Name)
 			}
-			cl, err := h.loadCluster(ctx, cmd.Org, r.State.Cluster)
+			cl, err := a.loadCluster(ctx, cmd.Org, r.State.Cluster)
 			if err != nil {
 				return nil, err
 			}
 			payloads, err := r.State.Update(pool.Update{
-				Spec: cmd.Spec, Author: author, Message: cmd.Message, Apply: cmd.Apply, At: h.Clock(),
+				Spec: cmd.Spec, Author: author, Message: cmd.Message, Apply: cmd.Apply, At: a.Now(),
 			}, pool.Env{Catalog: cat.State.Catalog, Cluster: &cl.State})
 			if err != nil {
 				return nil, err
 			}
-			return payloads, h.checkAssets(ctx, &r.State, payloads)
+			return payloads, a.checkAssets(ctx, &r.State, payloads)
 		})
 	if err != nil {
 		return PoolOutcome{}, err

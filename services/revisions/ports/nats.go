@@ -11,6 +11,7 @@ import (
 	"github.com/anvil-fleet/anvil/libs/events"
 	"github.com/anvil-fleet/anvil/libs/events/command"
 	"github.com/anvil-fleet/anvil/libs/events/errs"
+	"github.com/anvil-fleet/anvil/libs/fields"
 	"github.com/anvil-fleet/anvil/services/revisions/api"
 	"github.com/anvil-fleet/anvil/services/revisions/app"
 	"github.com/anvil-fleet/anvil/services/revisions/domain/check"
@@ -24,13 +25,13 @@ import (
 const RequestTimeout = 30 * time.Second
 
 // Register serves every subject of api.Subjects on srv.
-func Register(srv *command.Server, a app.Application) error {
+func Register(srv *command.Server, a *app.App) error {
 	var all []error
 	add := func(err error) { all = append(all, err) }
 
 	// ---- clusters ----
 	add(handle(srv, api.SubjectClusterCreate, func(ctx context.Context, r api.CreateClusterRequest) (api.Cluster, error) {
-		rec, err := a.Commands.CreateCluster.Handle(ctx, app.CreateCluster{Org: r.Org, Cluster: cluster.Create{
+		rec, err := a.CreateCluster(ctx, app.CreateCluster{Org: r.Org, Cluster: cluster.Create{
 			Name: r.Name, APIEndpoint: r.APIEndpoint, KubernetesVersion: r.KubernetesVersion,
 			Kubeconfig: secret.Secret(r.Kubeconfig.Reveal()), BootstrapToken: secret.Secret(r.BootstrapToken.Reveal()),
 			CACertHash: r.CACertHash,
@@ -38,26 +39,26 @@ func Register(srv *command.Server, a app.Application) error {
 		return fromCluster(app.ClusterView{ClusterRecord: rec}), err
 	}))
 	add(handle(srv, api.SubjectClusterUpdate, func(ctx context.Context, r api.UpdateClusterRequest) (api.UpdateClusterResponse, error) {
-		res, err := a.Commands.UpdateCluster.Handle(ctx, app.UpdateCluster{
+		res, err := a.UpdateCluster(ctx, app.UpdateCluster{
 			Org: r.Org, Name: r.Name, ExpectedVersion: r.ExpectedVersion,
 			Update: cluster.Update{APIEndpoint: r.APIEndpoint, KubernetesVersion: r.KubernetesVersion, CACertHash: r.CACertHash},
 		})
 		return api.UpdateClusterResponse{Cluster: fromCluster(app.ClusterView{ClusterRecord: res.Cluster}), Changed: res.Changed}, err
 	}))
 	add(handle(srv, api.SubjectClusterRotateKubeconfig, func(ctx context.Context, r api.RotateKubeconfigRequest) (api.Cluster, error) {
-		rec, err := a.Commands.RotateKubeconfig.Handle(ctx, app.RotateKubeconfig{
+		rec, err := a.RotateKubeconfig(ctx, app.RotateKubeconfig{
 			Org: r.Org, Name: r.Name, Kubeconfig: secret.Secret(r.Kubeconfig.Reveal()), ExpectedVersion: r.ExpectedVersion,
 		})
 		return fromCluster(app.ClusterView{ClusterRecord: rec}), err
 	}))
 	add(handle(srv, api.SubjectClusterRotateBootstrapToken, func(ctx context.Context, r api.RotateBootstrapTokenRequest) (api.Cluster, error) {
-		rec, err := a.Commands.RotateBootstrapToken.Handle(ctx, app.RotateBootstrapToken{
+		rec, err := a.RotateBootstrapToken(ctx, app.RotateBootstrapToken{
 			Org: r.Org, Name: r.Name, BootstrapToken: secret.Secret(r.BootstrapToken.Reveal()), ExpectedVersion: r.ExpectedVersion,
 		})
 		return fromCluster(app.ClusterView{ClusterRecord: rec}), err
 	}))
 	add(handle(srv, api.SubjectClusterDelete, func(ctx context.Context, r api.DeleteClusterRequest) (api.Deleted, error) {
-		v, err := a.Commands.DeleteCluster.Handle(ctx, app.DeleteCluster{Org: r.Org, Name: r.Name, ExpectedVersion: r.ExpectedVersion})
+		v, err := a.DeleteCluster(ctx, app.DeleteCluster{Org: r.Org, Name: r.Name, ExpectedVersion: r.ExpectedVersion})
 		return api.Deleted{Version: v}, err
 	}))
 	add(handle(srv, api.SubjectClusterGet, func(ctx context.Context, r api.GetClusterRequest) (api.Cluster, error) {
@@ -65,11 +66,11 @@ func Register(srv *command.Server, a app.Application) error {
 		if err != nil {
 			return api.Cluster{}, err
 		}
-		v, err := a.Queries.GetCluster.Handle(ctx, app.GetCluster{Org: r.Org, Name: r.Name, At: at, MinVersion: r.MinVersion})
+		v, err := a.GetCluster(ctx, app.GetCluster{Org: r.Org, Name: r.Name, At: at, MinVersion: r.MinVersion})
 		return fromCluster(v), err
 	}))
 	add(handle(srv, api.SubjectClusterList, func(ctx context.Context, r api.ListClustersRequest) (api.ClusterList, error) {
-		vs, err := a.Queries.ListClusters.Handle(ctx, app.ListClusters{Org: r.Org, MinVersion: r.MinVersion})
+		vs, err := a.ListClusters(ctx, app.ListClusters{Org: r.Org, MinVersion: r.MinVersion})
 		out := api.ClusterList{Clusters: make([]api.Cluster, len(vs))}
 		for i, v := range vs {
 			out.Clusters[i] = fromCluster(v)
@@ -77,7 +78,7 @@ func Register(srv *command.Server, a app.Application) error {
 		return out, err
 	}))
 	add(handle(srv, api.SubjectClusterCredentials, func(ctx context.Context, r api.ClusterCredentialsRequest) (api.ClusterCredentials, error) {
-		c, err := a.Queries.ClusterCredentials.Handle(ctx, app.ClusterCredentials{Org: r.Org, Cluster: r.Cluster})
+		c, err := a.ClusterCredentials(ctx, app.ClusterCredentials{Org: r.Org, Cluster: r.Cluster})
 		if err != nil {
 			return api.ClusterCredentials{}, err
 		}
@@ -94,7 +95,7 @@ func Register(srv *command.Server, a app.Application) error {
 		if len(f) > 0 {
 			return api.PoolChange{}, allProblems(f, spec, r.Org, "name", r.Name, "cluster", r.Cluster)
 		}
-		o, err := a.Commands.CreatePool.Handle(ctx, app.CreatePool{
+		o, err := a.CreatePool(ctx, app.CreatePool{
 			Org: r.Org, Name: r.Name, Cluster: r.Cluster, Spec: spec, Message: r.Message, Apply: r.Apply,
 		})
 		return fromOutcome(o), err
@@ -105,19 +106,19 @@ func Register(srv *command.Server, a app.Application) error {
 		if len(f) > 0 {
 			return api.PoolChange{}, allProblems(f, spec, r.Org, "name", r.Name)
 		}
-		o, err := a.Commands.UpdatePool.Handle(ctx, app.UpdatePool{
+		o, err := a.UpdatePool(ctx, app.UpdatePool{
 			Org: r.Org, Name: r.Name, Spec: spec, Message: r.Message, Apply: r.Apply, ExpectedVersion: r.ExpectedVersion,
 		})
 		return fromOutcome(o), err
 	}))
 	add(handle(srv, api.SubjectPoolApplyRevision, func(ctx context.Context, r api.ApplyRevisionRequest) (api.PoolChange, error) {
-		o, err := a.Commands.ApplyRevision.Handle(ctx, app.ApplyRevision{
+		o, err := a.ApplyRevision(ctx, app.ApplyRevision{
 			Org: r.Org, Pool: r.Pool, Revision: r.Revision, ExpectedVersion: r.ExpectedVersion,
 		})
 		return fromOutcome(o), err
 	}))
 	add(handle(srv, api.SubjectPoolDelete, func(ctx context.Context, r api.DeletePoolRequest) (api.Deleted, error) {
-		v, err := a.Commands.DeletePool.Handle(ctx, app.DeletePool{Org: r.Org, Name: r.Name, ExpectedVersion: r.ExpectedVersion})
+		v, err := a.DeletePool(ctx, app.DeletePool{Org: r.Org, Name: r.Name, ExpectedVersion: r.ExpectedVersion})
 		return api.Deleted{Version: v}, err
 	}))
 	add(handle(srv, api.SubjectPoolGet, func(ctx context.Context, r api.GetPoolRequest) (api.Pool, error) {
@@ -125,11 +126,11 @@ func Register(srv *command.Server, a app.Application) error {
 		if err != nil {
 			return api.Pool{}, err
 		}
-		rec, err := a.Queries.GetPool.Handle(ctx, app.GetPool{Org: r.Org, Name: r.Name, At: at, MinVersion: r.MinVersion})
+		rec, err := a.GetPool(ctx, app.GetPool{Org: r.Org, Name: r.Name, At: at, MinVersion: r.MinVersion})
 		return fromPool(rec), err
 	}))
 	add(handle(srv, api.SubjectPoolList, func(ctx context.Context, r api.ListPoolsRequest) (api.PoolList, error) {
-		recs, err := a.Queries.ListPools.Handle(ctx, app.ListPools{Org: r.Org, Cluster: r.Cluster, MinVersion: r.MinVersion})
+		recs, err := a.ListPools(ctx, app.ListPools{Org: r.Org, Cluster: r.Cluster, MinVersion: r.MinVersion})
 		out := api.PoolList{Pools: make([]api.PoolSummary, len(recs))}
 		for i, rec := range recs {
 			out.Pools[i] = fromPoolSummary(rec)
@@ -139,14 +140,14 @@ func Register(srv *command.Server, a app.Application) error {
 
 	// ---- revisions ----
 	add(handle(srv, api.SubjectRevisionList, func(ctx context.Context, r api.ListRevisionsRequest) (api.RevisionList, error) {
-		rec, err := a.Queries.ListRevisions.Handle(ctx, app.ListRevisions{Org: r.Org, Pool: r.Pool, MinVersion: r.MinVersion})
+		rec, err := a.ListRevisions(ctx, app.ListRevisions{Org: r.Org, Pool: r.Pool, MinVersion: r.MinVersion})
 		if err != nil {
 			return api.RevisionList{}, err
 		}
 		return api.RevisionList{Pool: rec.State.Name, AppliedRevision: rec.State.AppliedRevision, Revisions: fromRevisions(&rec.State)}, nil
 	}))
 	add(handle(srv, api.SubjectRevisionGet, func(ctx context.Context, r api.GetRevisionRequest) (api.Revision, error) {
-		v, err := a.Queries.GetRevision.Handle(ctx, app.GetRevision{Org: r.Org, Pool: r.Pool, Revision: r.Revision, MinVersion: r.MinVersion})
+		v, err := a.GetRevision(ctx, app.GetRevision{Org: r.Org, Pool: r.Pool, Revision: r.Revision, MinVersion: r.MinVersion})
 		if err != nil {
 			return api.Revision{}, err
 		}
@@ -160,11 +161,11 @@ func Register(srv *command.Server, a app.Application) error {
 		}, nil
 	}))
 	add(handle(srv, api.SubjectRevisionDiff, func(ctx context.Context, r api.DiffRevisionsRequest) (api.RevisionDiff, error) {
-		d, err := a.Queries.DiffRevisions.Handle(ctx, app.DiffRevisions{Org: r.Org, Pool: r.Pool, From: r.From, To: r.To})
+		d, err := a.DiffRevisions(ctx, app.DiffRevisions{Org: r.Org, Pool: r.Pool, From: r.From, To: r.To})
 		return fromDiff(d), err
 	}))
 	add(handle(srv, api.SubjectRevisionIgnition, func(ctx context.Context, r api.RevisionIgnitionRequest) (api.RevisionIgnition, error) {
-		p, err := a.Queries.PreviewIgnition.Handle(ctx, app.PreviewIgnition{Org: r.Org, Pool: r.Pool, Revision: r.Revision})
+		p, err := a.PreviewIgnition(ctx, app.PreviewIgnition{Org: r.Org, Pool: r.Pool, Revision: r.Revision})
 		if err != nil {
 			return api.RevisionIgnition{}, err
 		}
@@ -176,15 +177,15 @@ func Register(srv *command.Server, a app.Application) error {
 
 	// ---- catalog ----
 	add(handle(srv, api.SubjectCatalogList, func(ctx context.Context, r api.ListCatalogRequest) (api.Catalog, error) {
-		rec, err := a.Queries.ListCatalog.Handle(ctx, app.ListCatalog{Org: r.Org})
+		rec, err := a.ListCatalog(ctx, app.ListCatalog{Org: r.Org})
 		return fromCatalog(rec), err
 	}))
 	add(handle(srv, api.SubjectCatalogAddVersion, func(ctx context.Context, r api.AddCatalogVersionRequest) (api.Catalog, error) {
-		rec, err := a.Commands.AddCatalogVersion.Handle(ctx, app.AddCatalogVersion{Version: r.Version})
+		rec, err := a.AddCatalogVersion(ctx, app.AddCatalogVersion{Version: r.Version})
 		return fromCatalog(rec), err
 	}))
 	add(handle(srv, api.SubjectCatalogCheckSkew, func(ctx context.Context, r api.CheckSkewRequest) (api.SkewCheck, error) {
-		res, err := a.Queries.CheckSkew.Handle(ctx, app.CheckSkew{Org: r.Org, ControlPlane: r.ControlPlane, Cluster: r.Cluster, Kubelet: r.Kubelet})
+		res, err := a.CheckSkew(ctx, app.CheckSkew{Org: r.Org, ControlPlane: r.ControlPlane, Cluster: r.Cluster, Kubelet: r.Kubelet})
 		if err != nil {
 			return api.SkewCheck{}, err
 		}
@@ -196,7 +197,7 @@ func Register(srv *command.Server, a app.Application) error {
 
 	// ---- rendering ----
 	add(handle(srv, api.SubjectMachineRender, func(ctx context.Context, r api.RenderMachineRequest) (api.RenderedMachine, error) {
-		out, err := a.Queries.RenderMachine.Handle(ctx, app.RenderMachine{
+		out, err := a.RenderMachine(ctx, app.RenderMachine{
 			Org: r.Org, Pool: r.Pool, Revision: r.Revision,
 			Settings: pool.MachineSettings{Hostname: r.Hostname, Labels: r.Labels},
 		})
@@ -238,7 +239,7 @@ func position(at string) (events.Position, error) {
 // allProblems reports a spec that did not convert together with every
 // other problem of the request, so that a caller learns them all at once.
 func allProblems(f errs.Fields, spec pool.Spec, org string, named ...string) error {
-	if err := check.DNSLabel(org); err != nil {
+	if err := fields.OrgID(org); err != nil {
 		f.Add("org", "%v", err)
 	}
 	for i := 0; i+1 < len(named); i += 2 {

@@ -103,7 +103,7 @@ func (h *harness) startRegistry() {
 	cfg := regservice.Config{Config: svc.Config{Service: regservice.Name, StreamReplicas: 1}}
 	log := slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug})).With("svc", "registry")
 	h.stopRegistry = eventstest.RunService(h.t, "registry", func(ctx context.Context) error {
-		return regservice.Start(ctx, cfg, svc.Options{Conn: h.env.Connect(h.t), Logger: log}, ready)
+		return regservice.Start(ctx, cfg, svc.Options{Conn: h.env.Connect(h.t), Logger: log}, regservice.Hooks{Ready: ready})
 	}, func() { h.regs = <-ready }, eventstest.RunOptions{StartTimeout: 60 * time.Second, StopTimeout: 30 * time.Second, Logs: h.logs})
 }
 

@@ -5,8 +5,6 @@ package service
 import (
 	"context"
 	"crypto/rand"
-	"encoding/hex"
-	"errors"
 	"fmt"
 	"time"
 
@@ -17,7 +15,6 @@ import (
 	"github.com/anvil-fleet/anvil/libs/events/projection"
 	"github.com/anvil-fleet/anvil/libs/events/svc"
 	"github.com/anvil-fleet/anvil/services/revisions/adapters/bootassets"
-	"github.com/anvil-fleet/anvil/services/revisions/adapters/readmodel"
 	"github.com/anvil-fleet/anvil/services/revisions/adapters/registry"
 	"github.com/anvil-fleet/anvil/services/revisions/api"
 	"github.com/anvil-fleet/anvil/services/revisions/app"
@@ -26,6 +23,7 @@ import (
 	"github.com/anvil-fleet/anvil/services/revisions/domain/pool"
 	"github.com/anvil-fleet/anvil/services/revisions/domain/render"
 	"github.com/anvil-fleet/anvil/services/revisions/ports"
+	"github.com/anvil-fleet/anvil/services/revisions/readmodel"
 )
 
 // PlatformRevisionsHandler is the durable name of the handler that turns a
@@ -45,10 +43,25 @@ func NewRegistry() *events.Registry {
 	return reg
 }
 
-// Run starts the service and blocks until ctx ends, then stops cleanly: it
-// stops taking requests, lets running ones finish, then stops the handlers
-// and the projection.
-func Run(ctx context.Context, cfg Config, o svc.Options) error {
+// Service is a running revisions service, for tests and the dev stack.
+type Service struct {
+	App        *app.App
+	Projection *projection.Runner
+}
+
+// Hooks adjust a service started by tests and the dev stack.
+type Hooks struct {
+	// Ready receives the service once it serves.
+	Ready chan<- *Service
+	// Now replaces the clock (the times commands record).
+	Now func() time.Time
+}
+
+// Run starts the service and blocks until ctx ends.
+func Run(ctx context.Context, cfg Config, o svc.Options) error { return Start(ctx, cfg, o, Hooks{}) }
+
+// Start runs the service until ctx ends or its background work fails.
+func Start(ctx context.Context, cfg Config, o svc.Options, h Hooks) error {
 	if cfg.Service == "" {
 		cfg.Service = Name
 	}
@@ -64,6 +77,9 @@ func Run(ctx context.Context, cfg Config, o svc.Options) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", Name, err)
 	}
+	if h.Now == nil {
+		h.Now = time.Now
+	}
 
 	reg := NewRegistry()
 	rt, err := svc.Start(ctx, cfg.Config, reg, o)
@@ -72,35 +88,29 @@ func Run(ctx context.Context, cfg Config, o svc.Options) error {
 	}
 	defer rt.Close(context.WithoutCancel(ctx))
 
-	// Background work outlives ctx a little: requests in flight may wait
-	// for the projection, so it stops after the command server.
-	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopBG()
-
 	model := readmodel.New()
 	runner := projection.NewRunner(projection.Config{
 		Name:     Name,
 		Filter:   events.Filter{EventTypes: readmodel.EventTypes()},
-		Instance: instanceID(), // each replica keeps its own model
+		Instance: svc.InstanceID(), // each replica keeps its own model
 	}, rt.JS, reg, model, rt.Poison, rt.Log)
-	rt.Health.Add("projection", projectionReady(runner))
-	runnerDone := make(chan error, 1)
-	go func() { runnerDone <- runner.Run(bg) }()
+	rt.Project(runner)
 
 	cache := render.NewCache(cfg.renderCacheBytes())
 	unregister := trackCache(cache)
 	defer unregister()
-	application := app.New(app.Deps{
+	a := &app.App{
 		Store: rt.Store, Registry: reg, Model: model, Projection: runner,
-		Keys: keys, Nonces: rand.Reader, Clock: time.Now,
+		Keys: keys, Nonces: rand.Reader, Now: h.Now,
 		Renderer: cache, RenderOptions: renderOpts, Log: rt.Log,
 		Assets: bootassets.Client{NC: rt.Conn}, AssetSettings: assetSettings,
 		Machines: registry.Machines{NC: rt.Conn},
-	})
+	}
+	a.Defaults()
 
 	// The catalog exists before any command is served.
 	seedCtx := events.WithActor(ctx, app.PlatformActor)
-	if cat, seeded, err := application.Commands.SeedCatalog.Handle(seedCtx, seed); err != nil {
+	if cat, seeded, err := a.SeedCatalog(seedCtx, seed); err != nil {
 		return fmt.Errorf("%s: seeding the Kubernetes version catalog: %w", Name, err)
 	} else if seeded {
 		rt.Log.Info("Kubernetes version catalog seeded", "versions", seed, "version", cat.Version)
@@ -110,95 +120,30 @@ func Run(ctx context.Context, cfg Config, o svc.Options) error {
 	if err != nil {
 		return err
 	}
-	planner := application.Events.PlanPlatformRevisions
 	router.Handle(PlatformRevisionsHandler, events.Filter{
 		Org: app.CatalogRef.Org, AggregateType: app.CatalogRef.Type, AggregateID: app.CatalogRef.ID,
-		EventTypes: planner.EventTypes(),
-	}, planner.Handle)
-	rt.Health.Add("handlers", func(context.Context) error {
-		select {
-		case <-router.Running():
-			return nil
-		default:
-			return errors.New("event handlers are not running yet")
-		}
-	})
-	routerDone := make(chan error, 1)
-	go func() { routerDone <- router.Run(bg) }()
+		EventTypes: app.PlanPlatformRevisionsEventTypes(),
+	}, a.PlanPlatformRevisions)
+	rt.HandleEvents(router)
 
 	// Queries read the model, so the replica answers only once it has
 	// caught up (and its event handlers run); until then other replicas
 	// (or nobody: "unavailable") answer.
-	select {
-	case <-ctx.Done():
-	case <-waitLive(bg, runner):
-	case err := <-routerDone:
-		return fmt.Errorf("%s: event handlers stopped: %w", Name, err)
+	if !rt.CatchUp(ctx) {
+		return rt.Wait(ctx)
 	}
-	select {
-	case <-ctx.Done():
-	case <-router.Running():
-	case err := <-routerDone:
-		return fmt.Errorf("%s: event handlers stopped: %w", Name, err)
+	if err := rt.ServeCommands(api.QueueGroup, Concurrency, func(srv *command.Server) error { return ports.Register(srv, a) }); err != nil {
+		return err
 	}
-	var srv *command.Server
-	if ctx.Err() == nil {
-		srv = command.NewServer(rt.Conn, api.QueueGroup, Concurrency, rt.Log)
-		if err := ports.Register(srv, application); err != nil {
-			srv.Close()
-			return fmt.Errorf("%s: %w", Name, err)
-		}
-		if err := rt.ServeReadiness(); err != nil {
-			srv.Close()
-			return fmt.Errorf("%s: %w", Name, err)
-		}
-		rt.Started()
-		rt.Log.Info("serving", "subjects", len(api.Subjects), "boot_url", renderOpts.BaseURL, "keys", len(keys))
+	if err := rt.ServeReadiness(); err != nil {
+		return fmt.Errorf("%s: %w", Name, err)
 	}
-
-	var runErr error
-	select {
-	case <-ctx.Done():
-	case err := <-routerDone:
-		runErr = fmt.Errorf("%s: event handlers stopped: %w", Name, err)
-		routerDone <- nil
+	rt.Started()
+	rt.Log.Info("started", "subjects", len(api.Subjects), "boot_url", renderOpts.BaseURL, "keys", len(keys))
+	if h.Ready != nil {
+		h.Ready <- &Service{App: a, Projection: runner}
 	}
-	if srv != nil {
-		srv.Close()
-	}
-	stopBG()
-	_ = router.Close()
-	<-routerDone
-	<-runnerDone
-	rt.Log.Info("stopped")
-	return runErr
-}
-
-// projectionReady is the readiness check: it fails until the read model
-// has caught up with the log.
-func projectionReady(r *projection.Runner) func(context.Context) error {
-	return func(context.Context) error {
-		if !r.Live() {
-			return fmt.Errorf("the read model is catching up with the log (%d events behind)", r.Lag())
-		}
-		return nil
-	}
-}
-
-func waitLive(ctx context.Context, r *projection.Runner) <-chan struct{} {
-	ch := make(chan struct{})
-	go func() {
-		if r.WaitLive(ctx) == nil {
-			close(ch)
-		}
-	}()
-	return ch
-}
-
-func instanceID() string {
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
+	return rt.Wait(ctx)
 }
 
 // errsFields lists a validation error's fields as (field, reason) pairs.

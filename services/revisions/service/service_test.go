@@ -223,7 +223,7 @@ func TestSecretsNeverInEventsOrLogs(t *testing.T) {
 		}
 	}
 	logs := h.logs.String()
-	if !strings.Contains(logs, `"msg":"serving"`) {
+	if !strings.Contains(logs, `"msg":"started"`) {
 		t.Fatalf("no logs captured:\n%s", logs)
 	}
 	for what, s := range plaintexts {

@@ -57,6 +57,11 @@ const (
 	KindMachine = "machine"
 )
 
+// OperationCancelled is the status of a machine operation called off
+// before it finished; the other statuses of an operation are a rollout's
+// (Status).
+const OperationCancelled = "cancelled"
+
 // StartRequest starts a rollout by hand: one machine of a pool (Machine
 // set), or the whole pool, optionally after another rollout (After).
 // Applying a pool revision through the revisions service

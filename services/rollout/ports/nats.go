@@ -11,6 +11,7 @@ import (
 	"github.com/anvil-fleet/anvil/libs/events/command"
 	"github.com/anvil-fleet/anvil/libs/events/errs"
 	"github.com/anvil-fleet/anvil/libs/events/handler"
+	"github.com/anvil-fleet/anvil/libs/fields"
 	revapi "github.com/anvil-fleet/anvil/services/revisions/api"
 	"github.com/anvil-fleet/anvil/services/rollout/api"
 	"github.com/anvil-fleet/anvil/services/rollout/app"
@@ -18,15 +19,20 @@ import (
 )
 
 var (
-	orgRE  = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 	idRE   = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
 	uuidRE = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
 )
 
-func checkRef(f *errs.Fields, org, id string) {
-	if !orgRE.MatchString(org) {
-		f.Add("org", "must be an organization id (lowercase letters, digits and '-')")
+// checkOrg validates the organization a request names with the rule
+// every service shares (fields.OrgID, the registry's organization id).
+func checkOrg(f *errs.Fields, org string) {
+	if err := fields.OrgID(org); err != nil {
+		f.Add("org", "%v", err)
 	}
+}
+
+func checkRef(f *errs.Fields, org, id string) {
+	checkOrg(f, org)
 	if !idRE.MatchString(id) {
 		f.Add("id", "must be 1-128 letters, digits, '-' or '_'")
 	}
@@ -57,9 +63,7 @@ func Register(srv *command.Server, a *app.App) error {
 	return errors.Join(
 		command.Handle(srv, api.SubjectStart, func(ctx context.Context, r api.StartRequest) (api.Rollout, error) {
 			var f errs.Fields
-			if !orgRE.MatchString(r.Org) {
-				f.Add("org", "must be an organization id")
-			}
+			checkOrg(&f, r.Org)
 			if r.Machine != "" && !uuidRE.MatchString(r.Machine) {
 				f.Add("machine", "must be a lowercase canonical SMBIOS UUID")
 			}
@@ -90,8 +94,8 @@ func Register(srv *command.Server, a *app.App) error {
 			return get(ctx, a, r.Org, r.ID, r.At, r.MinVersion)
 		}),
 		command.Handle(srv, api.SubjectList, func(ctx context.Context, r api.ListRequest) (api.RolloutList, error) {
-			if !orgRE.MatchString(r.Org) {
-				return api.RolloutList{}, errs.Invalid("org", "must be an organization id")
+			if err := fields.OrgID(r.Org); err != nil {
+				return api.RolloutList{}, errs.Invalid("org", "%v", err)
 			}
 			vs, next, err := a.ListRollouts(r.Org, app.ListFilter{Pool: r.Pool, Status: r.Status, Cursor: r.Cursor, Limit: r.Limit})
 			if err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/anvil-fleet/anvil/libs/events/command"
 	"github.com/anvil-fleet/anvil/libs/events/errs"
+	"github.com/anvil-fleet/anvil/libs/fields"
 	"github.com/anvil-fleet/anvil/services/rollout/api"
 	"github.com/anvil-fleet/anvil/services/rollout/app"
 	"github.com/anvil-fleet/anvil/services/rollout/domain/machineop"
@@ -34,8 +35,8 @@ func registerOperations(srv *command.Server, a *app.App) error {
 			return operationOf(v, true), nil
 		}),
 		command.Handle(srv, api.SubjectOperationList, func(ctx context.Context, r api.ListRequest) (api.OperationList, error) {
-			if !orgRE.MatchString(r.Org) {
-				return api.OperationList{}, errs.Invalid("org", "must be an organization id")
+			if err := fields.OrgID(r.Org); err != nil {
+				return api.OperationList{}, errs.Invalid("org", "%v", err)
 			}
 			if r.Kind == "" {
 				return listAllOperations(a, r)

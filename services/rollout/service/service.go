@@ -5,8 +5,6 @@ package service
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -43,6 +41,10 @@ type Config struct {
 	// ANVIL_ROLLOUT_REMEDIATION_MAX_IN_FLIGHT; a pool's
 	// rollout.remediation overrides it.
 	RemediationMaxInFlight int
+	// KubeQPS and KubeBurst: --kube-qps / ANVIL_ROLLOUT_KUBE_QPS and
+	// --kube-burst / ANVIL_ROLLOUT_KUBE_BURST.
+	KubeQPS   float64
+	KubeBurst int
 }
 
 // RegisterFlags binds the service's flags, each with an environment default.
@@ -58,6 +60,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"safety-net interval at which each rollout is planned again without any event (env ANVIL_ROLLOUT_REPLAN)")
 	fs.IntVar(&c.RemediationMaxInFlight, "remediation-max-in-flight", svc.EnvInt("ANVIL_ROLLOUT_REMEDIATION_MAX_IN_FLIGHT", 0),
 		"give a machine that booted but never came back one more reboot, at most this many machines of a rollout at a time; 0 disables; the default for pools whose rollout.remediation is not set (env ANVIL_ROLLOUT_REMEDIATION_MAX_IN_FLIGHT)")
+	fs.Float64Var(&c.KubeQPS, "kube-qps", svc.EnvFloat("ANVIL_ROLLOUT_KUBE_QPS", 200),
+		"requests per second the service sends each workload cluster's API server; a machine costs about three (env ANVIL_ROLLOUT_KUBE_QPS)")
+	fs.IntVar(&c.KubeBurst, "kube-burst", svc.EnvInt("ANVIL_ROLLOUT_KUBE_BURST", 400),
+		"requests the service may send a workload cluster at once above --kube-qps (env ANVIL_ROLLOUT_KUBE_BURST)")
 }
 
 // Validate checks the parsed settings; errors name the flag and variable.
@@ -71,6 +77,9 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("--%s (env %s) = %s: must be positive", d.flag, d.env, d.v))
 		}
 	}
+	if c.KubeQPS < 0 || c.KubeBurst < 0 {
+		errs = append(errs, fmt.Errorf("--kube-qps (env ANVIL_ROLLOUT_KUBE_QPS) = %g and --kube-burst (env ANVIL_ROLLOUT_KUBE_BURST) = %d: must not be negative (0: the default)", c.KubeQPS, c.KubeBurst))
+	}
 	if c.RemediationMaxInFlight < 0 {
 		errs = append(errs, fmt.Errorf("--remediation-max-in-flight (env ANVIL_ROLLOUT_REMEDIATION_MAX_IN_FLIGHT) = %d: must not be negative (0 disables)", c.RemediationMaxInFlight))
 	}
@@ -82,9 +91,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.Service = Name
 	}
 	if c.Instance == "" {
-		b := make([]byte, 6)
-		_, _ = rand.Read(b)
-		c.Instance = hex.EncodeToString(b)
+		c.Instance = svc.InstanceID()
 	}
 	if c.LeaseTTL == 0 {
 		c.LeaseTTL = 15 * time.Second
@@ -135,7 +142,7 @@ type Hooks struct {
 // Run starts the service and blocks until ctx ends.
 func Run(ctx context.Context, cfg Config, o svc.Options) error { return Start(ctx, cfg, o, Hooks{}) }
 
-// Start runs the service until ctx ends.
+// Start runs the service until ctx ends or its background work fails.
 func Start(ctx context.Context, cfg Config, o svc.Options, h Hooks) error {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -148,9 +155,6 @@ func Start(ctx context.Context, cfg Config, o svc.Options, h Hooks) error {
 	defer rt.Close(context.WithoutCancel(ctx))
 	log := rt.Log.With("instance", cfg.Instance)
 
-	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopBG()
-
 	leases, err := adapters.NewLeases(ctx, rt.JS, cfg.Instance, cfg.LeaseTTL, cfg.StreamReplicas, log)
 	if err != nil {
 		return fmt.Errorf("%s: lease bucket: %w", Name, err)
@@ -158,7 +162,14 @@ func Start(ctx context.Context, cfg Config, o svc.Options, h Hooks) error {
 	revisions := adapters.Revisions{NC: rt.Conn}
 	clusters := h.Clusters
 	if clusters == nil {
-		clusters = adapters.NewClusters(bg, revisions, log)
+		cl := adapters.NewClusters(rt.Background(), revisions, log)
+		if cfg.KubeQPS > 0 {
+			cl.QPS = float32(cfg.KubeQPS)
+		}
+		if cfg.KubeBurst > 0 {
+			cl.Burst = cfg.KubeBurst
+		}
+		clusters = cl
 	}
 	model := readmodel.NewRollouts()
 	defer app.TrackRollouts(model)() // anvil_rollouts, read at scrape time
@@ -189,81 +200,41 @@ func Start(ctx context.Context, cfg Config, o svc.Options, h Hooks) error {
 	model.Waiter = runner
 	opsRunner := projection.NewRunner(projection.Config{Name: "rollout-operations", Instance: cfg.Instance,
 		Filter: events.Filter{AggregateType: machineop.AggregateType}}, rt.JS, rt.Registry, ops, rt.Poison, log)
-	s := &Service{App: a, Rollouts: model, Runner: runner}
-
-	errc := make(chan error, 4)
-	for _, r := range []*projection.Runner{runner, opsRunner} {
-		go func() { errc <- r.Run(bg) }()
-		rt.Health.Add("projection "+r.Name(), func(context.Context) error {
-			if !r.Live() {
-				return errors.New("catching up with the event log")
-			}
-			return nil
-		})
-	}
-	go func() {
-		_ = adapters.Follow(bg, rt.Conn, rt.JS, adapters.Hooks{
+	rt.Project(runner, opsRunner)
+	rt.Go("change notifications", func(ctx context.Context) error {
+		return adapters.Follow(ctx, rt.Conn, rt.JS, adapters.Hooks{
 			Machine: func(org, uuid string) { a.Notify.Notify(app.MachineKey(org, uuid)) },
 			Rollout: a.RolloutEvent,
 		}, log)
-	}()
-
+	})
 	router, err := handler.NewRouter(rt.JS, rt.Registry, rt.Poison, log, handler.Options{})
 	if err != nil {
 		return err
 	}
 	ports.RegisterEventHandlers(router, a)
-	go func() { errc <- router.Run(bg) }()
-	rt.Health.Add("handlers", func(context.Context) error {
-		select {
-		case <-router.Running():
-			return nil
-		default:
-			return errors.New("event handlers are not running yet")
-		}
-	})
+	rt.HandleEvents(router)
 
-	// Drivers start once the projection has caught up, so that the
-	// supervisor sees every active rollout.
-	superDone := make(chan struct{})
-	go func() {
-		defer close(superDone)
-		if err := runner.WaitLive(bg); err != nil {
-			return
-		}
-		if err := opsRunner.WaitLive(bg); err != nil {
-			return
-		}
+	// Drivers start once the projections have caught up, so that the
+	// supervisor sees every active rollout and operation.
+	if !rt.CatchUp(ctx) {
+		return rt.Wait(ctx)
+	}
+	rt.Go("rollout supervisor", func(ctx context.Context) error {
 		// What the drivers and executors append, and the commands they
 		// send, are the rollout service's own doing.
-		a.Supervise(events.WithActor(bg, "service:"+Name), 2*time.Second)
-	}()
-
-	srv := command.NewServer(rt.Conn, api.QueueGroup, 64, log)
-	if err := ports.Register(srv, a); err != nil {
-		srv.Close()
+		a.Supervise(events.WithActor(ctx, "service:"+Name), 2*time.Second)
+		return nil
+	})
+	if err := rt.ServeCommands(api.QueueGroup, 64, func(srv *command.Server) error { return ports.Register(srv, a) }); err != nil {
 		return err
 	}
 	if err := rt.ServeReadiness(); err != nil {
-		srv.Close()
 		return err
 	}
 	rt.Started()
 	log.Info("started", "lease_ttl", cfg.LeaseTTL, "poll", a.Settings.Poll, "replan", a.Settings.Replan)
 	if h.Ready != nil {
-		h.Ready <- s
+		h.Ready <- &Service{App: a, Rollouts: model, Runner: runner}
 	}
-	var runErr error
-	select {
-	case <-ctx.Done():
-	case err := <-errc:
-		if err != nil && bg.Err() == nil {
-			runErr = fmt.Errorf("%s: %w", Name, err)
-		}
-	}
-	srv.Close()
-	stopBG()
-	<-superDone
-	_ = router.Close()
-	return runErr
+	return rt.Wait(ctx)
 }

@@ -268,3 +268,35 @@ func TestLintCatchesInjection(t *testing.T) {
 		}
 	}
 }
+
+// TestPreparedBootRetriesAsEveryScript: a boot script prepared once and
+// completed per request retries exactly as the scripts the builder writes.
+func TestPreparedBootRetriesAsEveryScript(t *testing.T) {
+	asset, err := AssetBase("http://mirror.local/flatcar", "stable", "4230.2.3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := PrepareBoot(Boot{Messages: []string{"machine " + uuid + " boots"}, AssetBase: asset, KernelArgs: []string{"console=tty0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, delay := range []int{0, 1, 7, 300} {
+		retry := MachineURL(base, token, 2)
+		s, err := p.AppendScript(nil, IgnitionURL(base, uuid, "pb1.abc.def"), delay, retry)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wait := WaitScript(nil, delay, 1, retry)
+		tail := wait[strings.Index(wait, "\nsleep ")+1:]
+		if !strings.HasSuffix(string(s), tail) || cap(s) != len(s) {
+			t.Fatalf("delay %d: the boot script's retry differs from the builder's (or its size was guessed wrong, cap %d len %d):\n%s\nwant suffix:\n%s", delay, cap(s), len(s), s, tail)
+		}
+		again, _ := p.Script(IgnitionURL(base, uuid, "pb1.abc.def"), delay, retry)
+		if again != string(s) {
+			t.Fatal("Script and AppendScript differ")
+		}
+		if err := Lint(string(s)); err != nil {
+			t.Fatalf("lint: %v\n%s", err, s)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -81,27 +82,41 @@ func newBuilder() *builder {
 	return b
 }
 
-func (b *builder) line(s string) { b.b.WriteString(s + "\n") }
+func (b *builder) line(s string) {
+	b.b.WriteString(s)
+	b.b.WriteByte('\n')
+}
 
 // echo writes a message, sanitized and wrapped, each line prefixed "anvil: "
 // so that it can never start like an option or a label.
 func (b *builder) echo(msg string) {
 	for _, l := range wrap(Sanitize(msg)) {
-		b.line("echo anvil: " + l)
+		b.b.WriteString("echo anvil: ")
+		b.line(l)
 	}
 }
 
 // retryTail sleeps and chains to retryURL, and loops if the boot service
 // does not answer at all.
 func (b *builder) retryTail(delay int, retryURL string) {
-	b.line("sleep " + strconv.Itoa(max1(delay)))
+	b.b.WriteString("sleep ")
+	b.line(strconv.Itoa(max1(delay)))
 	b.line(":retry")
-	b.line("chain --replace --autofree " + retryURL + " || goto unreachable")
+	b.b.WriteString("chain --replace --autofree ")
+	b.b.WriteString(retryURL)
+	b.line(" || goto unreachable")
+	b.b.WriteString(unreachableTail)
+}
+
+// unreachableTail ends every retry: the same lines for every script.
+var unreachableTail = func() string {
+	b := &builder{}
 	b.line(":unreachable")
 	b.echo(fmt.Sprintf("the boot service did not answer; trying again in %d seconds", unreachableDelay))
 	b.line("sleep " + strconv.Itoa(unreachableDelay))
 	b.line("goto retry")
-}
+	return b.b.String()
+}()
 
 // ChainScript is the answer to /boot.ipxe: it hands the machine's UUID and
 // MAC to /ipxe (machineURL, see MachineURL).
@@ -154,31 +169,91 @@ type Boot struct {
 // BootScript loads Flatcar's PXE kernel and initrd with Ignition pointed at
 // the boot service; if loading fails it retries through /ipxe.
 func BootScript(s Boot) (string, error) {
+	p, err := PrepareBoot(s)
+	if err != nil {
+		return "", err
+	}
+	return p.Script(s.IgnitionURL, s.RetryDelay, s.RetryURL)
+}
+
+// PreparedBoot is a boot script rendered up to what each request changes:
+// the Ignition URL (a new per-boot token), the retry delay and the retry
+// URL. A machine that boots again is answered with it, so that only those
+// are rendered per request.
+type PreparedBoot struct {
+	head string // up to the Ignition URL in the kernel line
+	tail string // after it, up to and with ":failed"
+	base string
+	// failed holds the echoed "could not load" lines per retry delay:
+	// the delays a machine is told are few.
+	failed sync.Map
+}
+
+// PrepareBoot checks and renders what BootScript renders of s, but for
+// s.IgnitionURL, s.RetryDelay and s.RetryURL.
+func PrepareBoot(s Boot) (*PreparedBoot, error) {
 	if err := CheckBaseURL(s.AssetBase); err != nil {
-		return "", fmt.Errorf("asset base URL %w", err)
+		return nil, fmt.Errorf("asset base URL %w", err)
 	}
 	for _, a := range s.KernelArgs {
 		if err := CheckKernelArg(a); err != nil {
-			return "", err
+			return nil, err
 		}
 	}
-	if !strings.Contains(s.IgnitionURL, "/ignition?") || !urlChars(s.IgnitionURL) {
-		return "", errors.New("ignition URL was not built by IgnitionURL")
-	}
 	base := strings.TrimSuffix(s.AssetBase, "/")
-	args := []string{"initrd=" + InitrdName, "flatcar.first_boot=1", "ignition.config.url=" + s.IgnitionURL}
-	args = append(args, s.KernelArgs...)
 	b := newBuilder()
 	for _, m := range s.Messages {
 		b.echo(m)
 	}
-	b.line("kernel " + base + "/" + KernelName + " " + strings.Join(args, " ") + " || goto failed")
-	b.line("initrd " + base + "/" + InitrdName + " || goto failed")
-	b.line("boot || goto failed")
-	b.line(":failed")
-	b.echo(fmt.Sprintf("could not load Flatcar from %s; asking the boot service again in %d seconds", base, max1(s.RetryDelay)))
-	b.retryTail(s.RetryDelay, s.RetryURL)
-	return b.b.String(), nil
+	b.b.WriteString("kernel " + base + "/" + KernelName + " initrd=" + InitrdName + " flatcar.first_boot=1 ignition.config.url=")
+	var tail strings.Builder
+	for _, a := range s.KernelArgs {
+		tail.WriteString(" " + a)
+	}
+	tail.WriteString(" || goto failed\n")
+	tail.WriteString("initrd " + base + "/" + InitrdName + " || goto failed\n")
+	tail.WriteString("boot || goto failed\n")
+	tail.WriteString(":failed\n")
+	return &PreparedBoot{head: b.b.String(), tail: tail.String(), base: base}, nil
+}
+
+// Script completes the boot script with a request's Ignition URL (built by
+// IgnitionURL), retry delay and retry URL (built by MachineURL).
+func (p *PreparedBoot) Script(ignitionURL string, retryDelay int, retryURL string) (string, error) {
+	b, err := p.AppendScript(nil, ignitionURL, retryDelay, retryURL)
+	return string(b), err
+}
+
+// AppendScript is Script appended to dst, which it allocates at the size
+// of the script if it is nil: the bytes an HTTP answer writes as they are.
+func (p *PreparedBoot) AppendScript(dst []byte, ignitionURL string, retryDelay int, retryURL string) ([]byte, error) {
+	if !strings.Contains(ignitionURL, "/ignition?") || !urlChars(ignitionURL) {
+		return dst, errors.New("ignition URL was not built by IgnitionURL")
+	}
+	delay := max1(retryDelay)
+	failed, ok := p.failed.Load(delay)
+	if !ok {
+		e := &builder{}
+		e.echo(fmt.Sprintf("could not load Flatcar from %s; asking the boot service again in %d seconds", p.base, delay))
+		failed, _ = p.failed.LoadOrStore(delay, e.b.String())
+	}
+	sleep := strconv.Itoa(delay)
+	if dst == nil {
+		dst = make([]byte, 0, len(p.head)+len(ignitionURL)+len(p.tail)+len(failed.(string))+
+			len("sleep \n:retry\nchain --replace --autofree  || goto unreachable\n")+len(sleep)+len(retryURL)+len(unreachableTail))
+	}
+	dst = append(dst, p.head...)
+	dst = append(dst, ignitionURL...)
+	dst = append(dst, p.tail...)
+	dst = append(dst, failed.(string)...)
+	// retryTail, appended
+	dst = append(dst, "sleep "...)
+	dst = append(dst, sleep...)
+	dst = append(dst, "\n:retry\nchain --replace --autofree "...)
+	dst = append(dst, retryURL...)
+	dst = append(dst, " || goto unreachable\n"...)
+	dst = append(dst, unreachableTail...)
+	return dst, nil
 }
 
 // urlChars reports whether s holds only what url.QueryEscape, a checked

@@ -35,8 +35,10 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"hash"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -96,12 +98,38 @@ func derive(key []byte, purpose string) []byte {
 }
 
 func mac(key []byte, parts ...string) []byte {
-	m := hmac.New(sha256.New, key)
+	pool := macPool(key)
+	st := pool.Get().(*macState)
+	defer pool.Put(st)
+	st.h.Reset()
 	for _, p := range parts {
-		// Length-prefixed, so that no two different part lists collide.
-		fmt.Fprintf(m, "%d:%s;", len(p), p)
+		// Length-prefixed, so that no two different part lists collide
+		// ("<len>:<part>;").
+		st.buf = strconv.AppendInt(st.buf[:0], int64(len(p)), 10)
+		st.buf = append(st.buf, ':')
+		st.buf = append(st.buf, p...)
+		st.buf = append(st.buf, ';')
+		st.h.Write(st.buf)
 	}
-	return m.Sum(nil)
+	return st.h.Sum(nil)
+}
+
+// macPools keeps keyed HMAC states per key (by the address of its first
+// byte: derived keys are never modified): every /ipxe signs a token, and
+// keying an HMAC costs more than what it then hashes.
+var macPools sync.Map // *byte -> *sync.Pool of *macState
+
+type macState struct {
+	h   hash.Hash
+	buf []byte
+}
+
+func macPool(key []byte) *sync.Pool {
+	if p, ok := macPools.Load(&key[0]); ok {
+		return p.(*sync.Pool)
+	}
+	p, _ := macPools.LoadOrStore(&key[0], &sync.Pool{New: func() any { return &macState{h: hmac.New(sha256.New, key)} }})
+	return p.(*sync.Pool)
 }
 
 var b64 = base64.RawURLEncoding.Strict()

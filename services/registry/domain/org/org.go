@@ -183,8 +183,9 @@ func (s *State) ListTokens(kind token.Kind, now time.Time) []TokenInfo {
 	return out
 }
 
-// ValidateID checks an organization id: a DNS label, because it is a NATS
-// subject token (events.<org>.…) and appears in URLs and hostnames.
+// ValidateID checks an organization id with the rule every service shares
+// (fields.OrgID), so that the registry never creates an organization
+// another service would refuse.
 func ValidateID(id string) error {
 	var f errs.Fields
 	validateID(&f, "id", id)
@@ -192,11 +193,7 @@ func ValidateID(id string) error {
 }
 
 func validateID(f *errs.Fields, field, id string) {
-	if id == "" {
-		f.Add(field, "is required")
-		return
-	}
-	if err := fields.DNSLabel(id); err != nil {
+	if err := fields.OrgID(id); err != nil {
 		f.Add(field, "%v", err)
 	}
 }

@@ -14,9 +14,10 @@ import (
 // powers on at once costs one render per machine revision, not one per
 // request. Errors are not cached.
 type Cache struct {
-	render   func(Input) ([]byte, error)
-	maxBytes int64
-	group    singleflight.Group
+	render    func(Input) ([]byte, error)
+	templates *Templates // nil: render renders in full
+	maxBytes  int64
+	group     singleflight.Group
 
 	mu    sync.Mutex
 	size  int64
@@ -30,6 +31,10 @@ type CacheStats struct {
 	Hits, Misses, Renders, Evictions uint64
 	Entries                          int
 	Bytes                            int64
+	// Templates are the pool revision templates that renders specialise
+	// (TemplateRenders of them went through Butane).
+	Templates       int
+	TemplateRenders uint64
 }
 
 type cacheEntry struct {
@@ -38,10 +43,19 @@ type cacheEntry struct {
 }
 
 // NewCache returns a cache holding at most maxBytes of rendered configs
-// (a config is roughly 10-20 KiB, so 64 MiB holds thousands).
+// (a config is roughly 10-20 KiB, so 64 MiB holds thousands). A miss
+// specialises its pool revision's template (Templates): Butane runs once
+// per pool revision, not once per machine.
 func NewCache(maxBytes int64) *Cache {
-	return newCache(maxBytes, Render)
+	ts := NewTemplates(maxTemplates)
+	c := newCache(maxBytes, ts.Render)
+	c.templates = ts
+	return c
 }
+
+// maxTemplates bounds the templates a cache keeps: one per pool revision
+// (and join material and options) that machines boot.
+const maxTemplates = 1024
 
 func newCache(maxBytes int64, render func(Input) ([]byte, error)) *Cache {
 	return &Cache{render: render, maxBytes: maxBytes, order: list.New(), items: map[string]*list.Element{}}
@@ -79,6 +93,10 @@ func (c *Cache) Stats() CacheStats {
 	s := c.stats
 	s.Entries = len(c.items)
 	s.Bytes = c.size
+	if c.templates != nil {
+		ts := c.templates.Stats()
+		s.Templates, s.TemplateRenders = ts.Entries, ts.Renders
+	}
 	return s
 }
 

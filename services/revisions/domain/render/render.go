@@ -36,6 +36,7 @@ const AgentCredentialPlaceholder = check.AgentCredentialPlaceholder
 
 // Paths on the machine that other components rely on.
 const (
+	HostnamePath    = "/etc/hostname"
 	AgentBinaryPath = "/opt/anvil/bin/anvil-agent"
 	AgentEnvPath    = "/etc/anvil/agent.env"
 	AgentUnit       = "anvil-agent.service"
@@ -271,8 +272,8 @@ func build(in Input) (butaneConfig, error) {
 		*files = append(*files, butaneFile{Path: path, Mode: mode, Overwrite: true, Contents: r})
 	}
 
-	addFile("/etc/hostname", 0o644, inline(in.Machine.Hostname+"\n"))
-	addFile(RevisionPath, 0o644, inline(in.Machine.ID+"\n"))
+	addFile(HostnamePath, 0o644, inline(hostnameFile(in.Machine)))
+	addFile(RevisionPath, 0o644, inline(revisionFile(in.Machine)))
 	for _, nf := range renderNetwork(rev.Network) {
 		addFile(nf.Path, 0o644, inline(nf.Contents))
 	}
@@ -289,7 +290,7 @@ func build(in Input) (butaneConfig, error) {
 	// The agent's env file is a data URL we build ourselves, percent-
 	// escaped: Butane would pick base64 when shorter, and the placeholder
 	// must stay verbatim.
-	addFile(AgentEnvPath, 0o600, source("data:,"+dataurl.EscapeString(agentEnv(in)), ""))
+	addFile(AgentEnvPath, 0o600, source(agentEnvURL(in), ""))
 
 	containerdDropin := "[Service]\nEnvironment=CONTAINERD_CONFIG=/etc/containerd/config.toml\n"
 	if d := rev.CacheDisk; d != nil {
@@ -311,6 +312,16 @@ func build(in Input) (butaneConfig, error) {
 	}
 	return c, nil
 }
+
+// The contents of the files that differ from machine to machine: the
+// template (template.go) leaves exactly these out, so they are built by
+// these functions for a full render and for a specialisation alike.
+
+func hostnameFile(m pool.MachineRevision) string { return m.Hostname + "\n" }
+
+func revisionFile(m pool.MachineRevision) string { return m.ID + "\n" }
+
+func agentEnvURL(in Input) string { return "data:," + dataurl.EscapeString(agentEnv(in)) }
 
 func agentEnv(in Input) string {
 	return "ANVIL_BOOT_URL=" + in.Options.BaseURL + "\n" +

@@ -15,6 +15,7 @@ import (
 	"sync"
 
 	"github.com/anvil-fleet/anvil/libs/events"
+	"github.com/anvil-fleet/anvil/libs/events/projection"
 	"github.com/anvil-fleet/anvil/services/revisions/app"
 	"github.com/anvil-fleet/anvil/services/revisions/domain/catalog"
 	"github.com/anvil-fleet/anvil/services/revisions/domain/cluster"
@@ -36,10 +37,10 @@ func EventTypes() []string {
 
 // Model implements projection.Model and app.ReadModel.
 type Model struct {
-	mu         sync.RWMutex
-	checkpoint uint64
-	orgs       map[string]*org
-	catalog    app.CatalogRecord
+	projection.Position
+	mu      sync.RWMutex
+	orgs    map[string]*org
+	catalog app.CatalogRecord
 }
 
 type org struct {
@@ -56,7 +57,7 @@ var _ app.ReadModel = (*Model)(nil)
 func (m *Model) Apply(env *events.Envelope, payload any) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	defer func() { m.checkpoint = env.Sequence }()
+	defer m.SetCheckpoint(env.Sequence)
 	switch env.AggregateType {
 	case app.ClusterType:
 		o := m.org(env.Org)
@@ -99,26 +100,12 @@ func (m *Model) org(name string) *org {
 	return o
 }
 
-// Skip moves the checkpoint past an event the model does not use.
-func (m *Model) Skip(seq uint64) {
-	m.mu.Lock()
-	m.checkpoint = seq
-	m.mu.Unlock()
-}
-
-// Checkpoint is the sequence of the last event applied or skipped.
-func (m *Model) Checkpoint() uint64 {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	return m.checkpoint
-}
-
 // Reset empties the model.
 func (m *Model) Reset() {
 	m.mu.Lock()
 	m.orgs = map[string]*org{}
 	m.catalog = app.CatalogRecord{}
-	m.checkpoint = 0
+	m.SetCheckpoint(0)
 	m.mu.Unlock()
 }
 

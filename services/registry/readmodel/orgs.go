@@ -1,4 +1,4 @@
-package adapters
+package readmodel
 
 import (
 	"maps"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/anvil-fleet/anvil/libs/events"
 	"github.com/anvil-fleet/anvil/libs/events/errs"
+	"github.com/anvil-fleet/anvil/libs/events/projection"
 	"github.com/anvil-fleet/anvil/services/registry/domain/org"
 )
 
@@ -22,10 +23,10 @@ type OrgView struct {
 // OrgProjection keeps every organization and an index from token ID to
 // organization, so that a presented token is verified without a log read.
 type OrgProjection struct {
-	mu         sync.RWMutex
-	checkpoint uint64
-	orgs       map[string]*OrgView
-	tokenOrg   map[string]string
+	projection.Position
+	mu       sync.RWMutex
+	orgs     map[string]*OrgView
+	tokenOrg map[string]string
 }
 
 // NewOrgProjection returns an empty projection.
@@ -51,25 +52,14 @@ func (p *OrgProjection) Apply(env *events.Envelope, payload any) error {
 			p.tokenOrg[id] = env.AggregateID
 		}
 	}
-	p.checkpoint = env.Sequence
+	p.SetCheckpoint(env.Sequence)
 	return nil
-}
-
-func (p *OrgProjection) Skip(seq uint64) {
-	p.mu.Lock()
-	p.checkpoint = seq
-	p.mu.Unlock()
-}
-
-func (p *OrgProjection) Checkpoint() uint64 {
-	p.mu.RLock()
-	defer p.mu.RUnlock()
-	return p.checkpoint
 }
 
 func (p *OrgProjection) Reset() {
 	p.mu.Lock()
-	p.checkpoint, p.orgs, p.tokenOrg = 0, map[string]*OrgView{}, map[string]string{}
+	p.orgs, p.tokenOrg = map[string]*OrgView{}, map[string]string{}
+	p.SetCheckpoint(0)
 	p.mu.Unlock()
 }
 

@@ -1,0 +1,66 @@
+package benchtable
+
+import (
+	"strings"
+	"testing"
+)
+
+const sample = `goos: linux
+goarch: amd64
+pkg: github.com/anvil-fleet/anvil/libs/events
+cpu: some CPU
+BenchmarkAppendVsRawPublish-2   	       1	2093520 ns/op	       955.0 append_per_s	      1021 raw_per_s	         0.9351 ratio	  30450 B/op	     412 allocs/op
+--- BENCH: BenchmarkAppendVsRawPublish-2
+    bench_test.go:40: size 2000 (full)
+PASS
+ok  	github.com/anvil-fleet/anvil/libs/events	3.1s
+pkg: github.com/anvil-fleet/anvil/services/rollout/service
+BenchmarkRollout1000-2   	       1	90000000000 ns/op	      1000 cordoned_drained	         8.000 floor_s	        90.00 ms/machine	         0 no_node	        90.00 total_s	        11.25 x_floor
+BenchmarkRenderFirst	     300	   3900000 ns/op
+`
+
+func TestParseAndWrite(t *testing.T) {
+	rs, err := Parse(strings.NewReader(sample))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) != 3 {
+		t.Fatalf("parsed %d results, want 3: %+v", len(rs), rs)
+	}
+	a := rs[0]
+	if a.Package != "github.com/anvil-fleet/anvil/libs/events" || a.Name != "AppendVsRawPublish" ||
+		len(a.Ratios) != 1 || a.Ratios[0] != (Metric{"ratio", 0.9351}) || len(a.Figures) != 2 {
+		t.Fatalf("append line = %+v", a)
+	}
+	r := rs[1]
+	if r.Name != "Rollout1000" || len(r.Ratios) != 1 || r.Ratios[0].Unit != "x_floor" || len(r.Figures) != 5 {
+		t.Fatalf("rollout line = %+v", r)
+	}
+	if rs[2].Name != "RenderFirst" || len(rs[2].Ratios)+len(rs[2].Figures) != 0 {
+		t.Fatalf("plain line = %+v", rs[2])
+	}
+	var out strings.Builder
+	if err := Write(&out, rs); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"| libs/events | AppendVsRawPublish | ratio 0.935 | append_per_s 955, raw_per_s 1021 |",
+		"| services/rollout/service | Rollout1000 | x_floor 11.25 | cordoned_drained 1000, floor_s 8, ms/machine 90, no_node 0, total_s 90 |",
+		"| services/rollout/service | RenderFirst | — | — |",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+func TestIsRatio(t *testing.T) {
+	for unit, want := range map[string]bool{
+		"ratio": true, "ratio_vs_raw": true, "x_floor": true, "first_vs_baseline_x": true, "cached_vs_baseline": true,
+		"list_ratio": true, "total_s": false, "raw_per_s": false, "machines/s": false, "bytes/machine": false,
+	} {
+		if IsRatio(unit) != want {
+			t.Errorf("IsRatio(%q) = %v, want %v", unit, !want, want)
+		}
+	}
+}

@@ -1,0 +1,339 @@
+package app
+
+import (
+	"context"
+	"crypto/subtle"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/anvil-fleet/anvil/libs/events/errs"
+	regapi "github.com/anvil-fleet/anvil/services/registry/api"
+)
+
+var (
+	knownLookups = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "anvil_boot_ipxe_known_lookups_total",
+		Help: "/ipxe requests by whether the machine's boot decision was answered from memory (hit) or asked of the registry (miss).",
+	}, []string{"result"})
+	bootReports = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "anvil_boot_ipxe_boot_reports_total",
+		Help: "iPXE boots answered from memory and reported to the registry afterwards, by result: sent, refused (the machine is asked again at its next boot), failed.",
+	}, []string{"result"})
+	bootReportsPending = promauto.NewGauge(prometheus.GaugeOpts{
+		Name: "anvil_boot_ipxe_boot_reports_pending",
+		Help: "Machines whose latest iPXE boot waits to be reported to the registry.",
+	})
+	// Looked up once: they are counted on every /ipxe.
+	knownHits, knownMisses = knownLookups.WithLabelValues("hit"), knownLookups.WithLabelValues("miss")
+)
+
+// KnownMachines lets /ipxe answer a machine that boots from memory: the
+// registry's last answer for it (given the same enrollment token, UUID and
+// MAC), as long as nothing changed since. It forgets a machine at any
+// event of the machine (Forget, from the boot service's follower of the
+// log), every machine of an organization at any event of the organization
+// (a token revoked, ForgetOrg), everything when the follower subscribes
+// again (Reset: it may have missed events), and any answer after a TTL
+// (an enrollment token's expiry is not an event). Only boot decisions are
+// kept: a machine that waits is asked about every time, since what an
+// operator does next (assigning it) must show at its next request.
+//
+// The boots it answers are reported to the registry off the request path
+// (Run): at most one report per machine per report interval, carrying the
+// machine's latest boot; each report's answer refreshes the machine's
+// entry. The registry's last iPXE boot of a machine answered from memory
+// is thus at most that interval (plus the report's own time) old.
+type KnownMachines struct {
+	ttl, reportEvery time.Duration
+	max              int
+
+	mu      sync.Mutex
+	entries map[string]*knownEntry         // by UUID
+	floors  map[machineRef]uint64          // stream sequence of the latest event seen per machine
+	gen     uint64                         // grows at every ForgetOrg and Reset
+	pending map[string]regapi.SelfRegister // by UUID
+	wake    chan struct{}
+}
+
+type (
+	machineRef struct{ org, uuid string }
+	knownEntry struct {
+		token      string // the enrollment token the registry accepted
+		machine    regapi.Machine
+		version    uint64
+		mac        string
+		at         time.Time // when the registry answered
+		reportedAt time.Time // when the registry last heard of a boot
+		// prepared is the boot script rendered up to what each request
+		// changes, for requests whose base URL is preparedFor.
+		prepared    *preparedBoot
+		preparedFor string
+	}
+)
+
+// KnownBoot is a machine answered from memory.
+type KnownBoot struct {
+	Machine regapi.Machine
+	entry   *knownEntry
+	// what was prepared for its boot script, and for which base URL, when
+	// it was looked up
+	prepared    *preparedBoot
+	preparedFor string
+}
+
+// KnownTicket is taken before the registry is asked: an answer is kept
+// only if nothing was forgotten meanwhile that it might predate.
+type KnownTicket struct{ gen uint64 }
+
+// NewKnownMachines keeps answers for ttl and reports boots at most every
+// reportEvery per machine.
+func NewKnownMachines(ttl, reportEvery time.Duration) *KnownMachines {
+	return &KnownMachines{ttl: ttl, reportEvery: reportEvery, max: 1 << 18,
+		entries: map[string]*knownEntry{}, floors: map[machineRef]uint64{}, pending: map[string]regapi.SelfRegister{},
+		wake: make(chan struct{}, 1)}
+}
+
+// Ticket is taken before asking the registry.
+func (k *KnownMachines) Ticket() KnownTicket {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return KnownTicket{gen: k.gen}
+}
+
+// Boot returns the machine as the registry last answered for this token,
+// UUID and MAC, if that answer still stands, and queues the boot r for the
+// registry.
+func (k *KnownMachines) Boot(r regapi.SelfRegister, now time.Time) (KnownBoot, bool) {
+	key := r.UUID
+	k.mu.Lock()
+	e, ok := k.entries[key]
+	if ok && (subtle.ConstantTimeCompare([]byte(e.token), []byte(r.EnrollmentToken)) != 1 || e.mac != r.MAC || now.Sub(e.at) >= k.ttl) {
+		ok = false
+	}
+	if !ok {
+		k.mu.Unlock()
+		knownMisses.Inc()
+		return KnownBoot{}, false
+	}
+	kb := KnownBoot{Machine: e.machine, entry: e, prepared: e.prepared, preparedFor: e.preparedFor}
+	if _, queued := k.pending[key]; !queued {
+		bootReportsPending.Inc()
+	}
+	k.pending[key] = r
+	due := now.Sub(e.reportedAt) >= k.reportEvery
+	k.mu.Unlock()
+	knownHits.Inc()
+	if due {
+		k.signal()
+	}
+	return kb, true
+}
+
+// prepared returns the boot script prepared for kb's machine at base.
+func (kb KnownBoot) preparedAt(base string) *preparedBoot {
+	if kb.preparedFor != base {
+		return nil
+	}
+	return kb.prepared
+}
+
+// keepPrepared keeps the boot script prepared for kb's machine at base.
+func (k *KnownMachines) keepPrepared(kb KnownBoot, base string, p *preparedBoot) {
+	if kb.entry == nil {
+		return
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	kb.entry.prepared, kb.entry.preparedFor = p, base
+}
+
+// Remember keeps the registry's answer to a boot (reply to r) that booted
+// the machine, unless something it may predate was forgotten since t.
+func (k *KnownMachines) Remember(t KnownTicket, r regapi.SelfRegister, reply regapi.MachineReply, now time.Time) {
+	m := reply.Machine
+	ref := machineRef{m.Org, m.UUID}
+	if m.Org == "" || m.UUID == "" || reply.Deleted {
+		return
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if t.gen != k.gen || k.floors[ref] > reply.Version || r.UUID != m.UUID {
+		return
+	}
+	if len(k.entries) >= k.max {
+		k.resetLocked()
+		return
+	}
+	k.entries[r.UUID] = &knownEntry{token: r.EnrollmentToken, machine: m, version: reply.Version, mac: r.MAC, at: now, reportedAt: now}
+}
+
+// Forget drops what is known of a machine: an event at stream sequence
+// seq changed it (0: something the boot service saw itself, such as an
+// instruction to reboot it).
+func (k *KnownMachines) Forget(org, uuid string, seq uint64) {
+	ref := machineRef{org, uuid}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if seq > k.floors[ref] {
+		if len(k.floors) >= k.max {
+			k.resetLocked()
+		}
+		k.floors[ref] = seq
+	}
+	// An answer given after the event (its own boot's, say) stands.
+	if e, ok := k.entries[uuid]; ok && e.machine.Org == org && (seq == 0 || e.version < seq) {
+		delete(k.entries, uuid)
+	}
+}
+
+// ForgetOrg drops every machine of an organization (one of its tokens
+// may have been revoked).
+func (k *KnownMachines) ForgetOrg(org string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.gen++
+	for uuid, e := range k.entries {
+		if e.machine.Org == org {
+			delete(k.entries, uuid)
+		}
+	}
+}
+
+// Reset drops everything: the follower of the log (re)subscribed, and may
+// have missed events in between.
+func (k *KnownMachines) Reset() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.resetLocked()
+}
+
+func (k *KnownMachines) resetLocked() {
+	k.gen++
+	clear(k.entries)
+	clear(k.floors)
+	// Queued reports stay: the boots happened.
+}
+
+// Len is the number of machines answered from memory (for tests).
+func (k *KnownMachines) Len() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return len(k.entries)
+}
+
+func (k *KnownMachines) signal() {
+	select {
+	case k.wake <- struct{}{}:
+	default:
+	}
+}
+
+// due takes the queued boots whose machine may be reported now.
+func (k *KnownMachines) due(now time.Time) []regapi.SelfRegister {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var out []regapi.SelfRegister
+	for key, r := range k.pending {
+		if e, ok := k.entries[key]; ok && now.Sub(e.reportedAt) < k.reportEvery {
+			continue
+		}
+		out = append(out, r)
+		delete(k.pending, key)
+		if e, ok := k.entries[key]; ok {
+			e.reportedAt = now
+		}
+	}
+	bootReportsPending.Sub(float64(len(out)))
+	return out
+}
+
+// Pending is the number of boots waiting to be reported.
+func (k *KnownMachines) Pending() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return len(k.pending)
+}
+
+// reportWorkers bound the registry calls that reports make at once, so
+// that they never take more than that from the requests being served.
+const reportWorkers = 4
+
+// Run reports the boots answered from memory to the registry until ctx
+// ends, then reports what is still queued (best effort, briefly).
+func (k *KnownMachines) Run(ctx context.Context, reg Registry, log interface {
+	DebugContext(context.Context, string, ...any)
+}) {
+	tick := time.NewTicker(max(k.reportEvery/4, 10*time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			k.report(fctx, reg, log, k.drain())
+			cancel()
+			return
+		case <-tick.C:
+		case <-k.wake:
+		}
+		k.report(ctx, reg, log, k.due(time.Now()))
+	}
+}
+
+func (k *KnownMachines) drain() []regapi.SelfRegister {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	out := make([]regapi.SelfRegister, 0, len(k.pending))
+	for key, r := range k.pending {
+		out = append(out, r)
+		delete(k.pending, key)
+	}
+	bootReportsPending.Sub(float64(len(out)))
+	return out
+}
+
+func (k *KnownMachines) report(ctx context.Context, reg Registry, log interface {
+	DebugContext(context.Context, string, ...any)
+}, boots []regapi.SelfRegister) {
+	if len(boots) == 0 {
+		return
+	}
+	work := make(chan regapi.SelfRegister)
+	var wg sync.WaitGroup
+	for range min(reportWorkers, len(boots)) {
+		wg.Go(func() {
+			for r := range work {
+				t := k.Ticket()
+				reply, err := reg.SelfRegister(ctx, r)
+				switch {
+				case err == nil && waitReason(reply.Machine) == "":
+					bootReports.WithLabelValues("sent").Inc()
+					k.Remember(t, r, reply.MachineReply, time.Now())
+				case err == nil || !errs.Is(err, errs.KindUnavailable):
+					// It waits now, or was refused: its next boot asks.
+					bootReports.WithLabelValues("refused").Inc()
+					k.forgetKey(r)
+				default:
+					bootReports.WithLabelValues("failed").Inc()
+					log.DebugContext(ctx, "iPXE boot not reported to the registry", "uuid", r.UUID, "err", err)
+				}
+			}
+		})
+	}
+	for _, r := range boots {
+		work <- r
+	}
+	close(work)
+	wg.Wait()
+}
+
+func (k *KnownMachines) forgetKey(r regapi.SelfRegister) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.gen++ // an answer under way for it must not bring it back
+	if e, ok := k.entries[r.UUID]; ok && e.token == r.EnrollmentToken {
+		delete(k.entries, r.UUID)
+	}
+}
