@@ -66,7 +66,7 @@ func (c *cluster) Drain(ctx context.Context, name string, o app.DrainOptions) er
 		// Pods on a node that is not Ready never finish terminating (no
 		// kubelet confirms it); as Cluster API does, such pods count as
 		// gone once their deletion began.
-		n, err := c.cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		n, err := c.node(ctx, name)
 		if err != nil {
 			return kubeErr("reading node "+name, err)
 		}

@@ -129,7 +129,7 @@ func TestDrainRedrivesCutOffEviction(t *testing.T) {
 
 	logs := &eventstest.SyncBuffer{}
 	cl := NewCluster(ctx, "test", cp.Client, slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
-	must(t, cl.Cordon(ctx, "worker-1", "test"))
+	must(t, err1(cl.Cordon(ctx, "worker-1", "test")))
 	pods, err := cp.PodsOnNode(ctx, "worker-1", nil)
 	must(t, err)
 	if len(pods) != 2 {

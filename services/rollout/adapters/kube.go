@@ -11,9 +11,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/anvil-fleet/anvil/libs/events/errs"
@@ -58,6 +60,13 @@ type cluster struct {
 	waiters  map[string]chan struct{}
 	ctx      context.Context
 	cancel   context.CancelFunc
+	// nodes is the watch's copy of every Node, once it has synced (nil
+	// before): the steps that wait on a node or read it before acting read
+	// it there, so that a machine costs the API server (and the client's
+	// rate limit) only the calls that change something.
+	nodes cache.Indexer
+	// synced is closed once nodes holds the whole list.
+	synced chan struct{}
 }
 
 // Cluster implements app.Clusters.
@@ -98,7 +107,7 @@ func (c *Clusters) Cluster(ctx context.Context, org, name string) (app.Cluster, 
 	}
 	wctx, cancel := context.WithCancel(c.watchCtx)
 	n := &cluster{name: name, cs: cs, version: creds.Version, fetchedAt: time.Now(), log: c.Log.With("cluster", name),
-		waiters: map[string]chan struct{}{}, ctx: wctx, cancel: cancel}
+		waiters: map[string]chan struct{}{}, ctx: wctx, cancel: cancel, synced: make(chan struct{})}
 	c.cache[key] = n
 	return n, nil
 }
@@ -106,7 +115,8 @@ func (c *Clusters) Cluster(ctx context.Context, org, name string) (app.Cluster, 
 // NewCluster wraps a client (tests and benchmarks that hold one).
 func NewCluster(ctx context.Context, name string, cs kubernetes.Interface, log *slog.Logger) app.Cluster {
 	wctx, cancel := context.WithCancel(ctx)
-	return &cluster{name: name, cs: cs, log: log, waiters: map[string]chan struct{}{}, ctx: wctx, cancel: cancel, fetchedAt: time.Now()}
+	return &cluster{name: name, cs: cs, log: log, waiters: map[string]chan struct{}{}, ctx: wctx, cancel: cancel, fetchedAt: time.Now(),
+		synced: make(chan struct{})}
 }
 
 func kubeErr(what string, err error) error {
@@ -155,6 +165,36 @@ func (c *cluster) Node(ctx context.Context, name string) (app.NodeInfo, error) {
 	return nodeInfo(n), nil
 }
 
+// WatchedNode implements app.Cluster: the node as the cluster's watch last
+// saw it; one it has not seen (gone, or not synced yet) is read from the
+// API server, so that "not found" is never a stale answer.
+func (c *cluster) WatchedNode(ctx context.Context, name string) (app.NodeInfo, error) {
+	n, err := c.node(ctx, name)
+	if apierrors.IsNotFound(err) {
+		return app.NodeInfo{}, nil
+	}
+	if err != nil {
+		return app.NodeInfo{}, kubeErr("reading node "+name, err)
+	}
+	return nodeInfo(n), nil
+}
+
+// node returns the watch's copy of the node (not to be modified), or reads
+// it from the API server when the watch has none.
+func (c *cluster) node(ctx context.Context, name string) (*corev1.Node, error) {
+	c.watch()
+	select {
+	case <-c.synced:
+		if obj, ok, _ := c.nodes.GetByKey(name); ok {
+			if n, ok := obj.(*corev1.Node); ok {
+				return n, nil
+			}
+		}
+	default:
+	}
+	return c.cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+}
+
 func (c *cluster) Nodes(ctx context.Context) (map[string]app.NodeInfo, error) {
 	list, err := c.cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -167,19 +207,24 @@ func (c *cluster) Nodes(ctx context.Context) (map[string]app.NodeInfo, error) {
 	return out, nil
 }
 
-func (c *cluster) patchNode(ctx context.Context, name, patch string) error {
-	_, err := c.cs.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: "anvil-rollout"})
-	return err
+func (c *cluster) patchNode(ctx context.Context, name, patch string) (*corev1.Node, error) {
+	return c.cs.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{FieldManager: "anvil-rollout"})
 }
 
-func (c *cluster) Cordon(ctx context.Context, name, by string) error {
+// Cordon implements app.Cluster; the patch's answer is the node as it is
+// now, so that no read follows it.
+func (c *cluster) Cordon(ctx context.Context, name, by string) (app.NodeInfo, error) {
 	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}},"spec":{"unschedulable":true}}`, app.CordonedByAnnotation, by)
-	return kubeErr("cordoning node "+name, c.patchNode(ctx, name, patch))
+	n, err := c.patchNode(ctx, name, patch)
+	if err != nil {
+		return app.NodeInfo{}, kubeErr("cordoning node "+name, err)
+	}
+	return nodeInfo(n), nil
 }
 
 func (c *cluster) Uncordon(ctx context.Context, name string) error {
 	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:null}},"spec":{"unschedulable":null}}`, app.CordonedByAnnotation)
-	err := c.patchNode(ctx, name, patch)
+	_, err := c.patchNode(ctx, name, patch)
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
@@ -235,14 +280,12 @@ func (c *cluster) Budgets(ctx context.Context, nodes []string) ([]checks.Budget,
 }
 
 // NodeChanged implements app.Cluster: one watch of the cluster's nodes
-// (started on first use) closes the waiters' channels.
+// (started on first use) closes the waiters' channels once its copy of
+// the node changed.
 func (c *cluster) NodeChanged(name string) <-chan struct{} {
+	c.watch()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.watching {
-		c.watching = true
-		go c.watchNodes()
-	}
 	ch, ok := c.waiters[name]
 	if !ok {
 		ch = make(chan struct{})
@@ -261,25 +304,45 @@ func (c *cluster) notify(name string) {
 	}
 }
 
-func (c *cluster) watchNodes() {
-	for c.ctx.Err() == nil {
-		w, err := c.cs.CoreV1().Nodes().Watch(c.ctx, metav1.ListOptions{})
-		if err != nil {
-			if c.ctx.Err() == nil {
-				c.log.Debug("watching nodes failed; watching again", "err", err)
-			}
-			select {
-			case <-c.ctx.Done():
-				return
-			case <-time.After(2 * time.Second):
-			}
-			continue
-		}
-		for ev := range w.ResultChan() {
-			if n, ok := ev.Object.(*corev1.Node); ok {
-				c.notify(n.Name)
-			}
-		}
-		w.Stop()
+// watch starts the cluster's node informer on first use: a list, then a
+// watch that keeps the copy current (and lists again when the watch falls
+// too far behind).
+func (c *cluster) watch() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.watching {
+		return
 	}
+	c.watching = true
+	lw := cache.NewListWatchFromClient(c.cs.CoreV1().RESTClient(), "nodes", metav1.NamespaceAll, fields.Everything())
+	inf := cache.NewSharedIndexInformer(lw, &corev1.Node{}, 0, cache.Indexers{})
+	// What the rollout reads of a node is small; the images and managed
+	// fields of 10,000 nodes are not.
+	_ = inf.SetTransform(func(obj any) (any, error) {
+		if n, ok := obj.(*corev1.Node); ok {
+			n.ManagedFields = nil
+			n.Status.Images = nil
+		}
+		return obj, nil
+	})
+	changed := func(obj any) {
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		if n, ok := obj.(*corev1.Node); ok {
+			c.notify(n.Name)
+		}
+	}
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    changed,
+		UpdateFunc: func(_, obj any) { changed(obj) },
+		DeleteFunc: changed,
+	})
+	c.nodes = inf.GetIndexer()
+	go inf.Run(c.ctx.Done())
+	go func() {
+		if cache.WaitForCacheSync(c.ctx.Done(), inf.HasSynced) {
+			close(c.synced)
+		}
+	}()
 }

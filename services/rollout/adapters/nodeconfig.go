@@ -100,6 +100,11 @@ func applyNodeConfig(n *corev1.Node, want app.NodeConfig) bool {
 }
 
 func (c *cluster) ReconcileNode(ctx context.Context, name string, want app.NodeConfig) error {
+	// The watch's copy says whether anything is to change, which for most
+	// rollouts nothing is; a change is made on a fresh read.
+	if n, err := c.node(ctx, name); err == nil && !applyNodeConfig(n.DeepCopy(), want) {
+		return nil
+	}
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		n, err := c.cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 		if err != nil {

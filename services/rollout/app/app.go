@@ -92,9 +92,14 @@ type DrainOptions struct {
 type Cluster interface {
 	ServerVersion(ctx context.Context) (string, error)
 	Node(ctx context.Context, name string) (NodeInfo, error)
+	// WatchedNode is the node as the cluster's watch last saw it (one the
+	// watch does not hold is read as Node reads it): for waiting on a
+	// node with NodeChanged without a call per change.
+	WatchedNode(ctx context.Context, name string) (NodeInfo, error)
 	Nodes(ctx context.Context) (map[string]NodeInfo, error)
-	// Cordon marks the node unschedulable, noting who cordoned it.
-	Cordon(ctx context.Context, name, by string) error
+	// Cordon marks the node unschedulable, noting who cordoned it, and
+	// returns the node as it is then.
+	Cordon(ctx context.Context, name, by string) (NodeInfo, error)
 	// Uncordon marks it schedulable; a missing node is not an error.
 	Uncordon(ctx context.Context, name string) error
 	// Drain evicts the node's pods until none is left or ctx ends.

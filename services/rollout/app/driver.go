@@ -13,6 +13,7 @@ import (
 
 	"github.com/anvil-fleet/anvil/libs/events"
 	"github.com/anvil-fleet/anvil/libs/events/aggregate"
+	"github.com/anvil-fleet/anvil/libs/events/clock"
 	"github.com/anvil-fleet/anvil/libs/events/errs"
 	bootapi "github.com/anvil-fleet/anvil/services/boot/api"
 	"github.com/anvil-fleet/anvil/services/rollout/domain/plan"
@@ -76,8 +77,8 @@ func (a *App) newDriver(org, id string) *driver {
 	}
 	d.x = &aggregate.Executor[*driverFold]{Store: a.Store, Registry: a.Events, Clock: a.now, Retry: a.Retry,
 		Initial: newDriverFold,
-		Apply: func(f *driverFold, _ *events.Envelope, p any) *driverFold {
-			f.apply(p)
+		Apply: func(f *driverFold, env *events.Envelope, p any) *driverFold {
+			f.stored(env, p)
 			return f
 		},
 		// The driver is the rollout's one writer and folds every event it
@@ -92,6 +93,12 @@ func (a *App) newDriver(org, id string) *driver {
 
 // Drive runs the process manager of rollout org/id until the rollout is
 // final or ctx ends. Whoever calls it must hold the rollout's lease.
+//
+// Each turn decides, in one append, the executors' reports that arrived
+// and what the planner proposes on the state they leave (a step's outcome
+// and the next step's start go out together), then starts the executors
+// of the steps now recorded as started, and waits for the next report, an
+// event appended by someone else, or the planner's wake-up.
 func (a *App) Drive(ctx context.Context, org, id string) error {
 	d := a.newDriver(org, id)
 	a.drivers.add(org, id, d)
@@ -104,44 +111,57 @@ func (a *App) Drive(ctx context.Context, org, id string) error {
 		return errs.NotFound("rollout %s does not exist", id)
 	}
 	d.log.Info("driving rollout", "status", d.state.Status(), "version", d.version, "instance", a.Settings.Instance)
+	var reports []rollout.Command
+	var pubs []message
 	for {
-		dec, err := d.plan(ctx)
+		before := d.version
+		err := d.appendBatch(ctx, reports, pubs)
+		for _, p := range pubs {
+			p.done <- err
+		}
+		reports, pubs = nil, nil
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		if err != nil {
 			d.log.Warn("planning failed; trying again", "err", err)
-			if !sleep(ctx, time.Second) {
-				return ctx.Err()
-			}
-			if err := d.catchUp(ctx); err != nil && ctx.Err() == nil {
-				d.log.Warn("reading the rollout failed", "err", err)
+			if err := clock.Sleep(ctx, time.Second); err != nil {
+				return err
 			}
 			continue
 		}
+		dec := plan.Next(d.state, a.now())
 		if dec.Final {
 			d.log.Info("rollout finished", "status", d.state.Status())
 			return nil
 		}
 		d.reconcile(ctx, dec.Actions)
+		if len(dec.Commands) > 0 && d.version != before {
+			continue // a batch was full: the rest goes in the next one
+		}
 		wait := a.Settings.Replan
 		if !dec.Wake.IsZero() {
 			wait = min(wait, max(dec.Wake.Sub(a.now()), 10*time.Millisecond))
 		}
 		timer := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
-			return ctx.Err()
-		case m := <-d.inbox:
-			d.handle(ctx, m)
-		case eid := <-d.external:
-			if d.foreign(eid) {
+	waiting:
+		for {
+			select {
+			case <-ctx.Done():
+				timer.Stop()
+				return ctx.Err()
+			case m := <-d.inbox:
+				reports, pubs = d.take(m)
+			case eid := <-d.external:
+				if !d.foreign(eid) {
+					continue // the echo of its own append: nothing new to plan on
+				}
 				if err := d.catchUp(ctx); err != nil && ctx.Err() == nil {
 					d.log.Warn("reading the rollout failed", "err", err)
 				}
+			case <-timer.C:
 			}
-		case <-timer.C:
+			break waiting
 		}
 		timer.Stop()
 	}
@@ -168,22 +188,11 @@ func (d *driver) foreign(first string) bool {
 	}
 }
 
-// handle takes one message and every other one already waiting, and
-// appends what they ask in one batch.
-func (d *driver) handle(ctx context.Context, first message) {
-	batch := []message{first}
-	for len(batch) < maxBatch {
-		select {
-		case m := <-d.inbox:
-			batch = append(batch, m)
-			continue
-		default:
-		}
-		break
-	}
-	var reports []rollout.Command
-	var pubs []message
-	for _, m := range batch {
+// take takes one message and every other one already waiting (up to a
+// batch): the reports to decide and the boot instructions to publish.
+func (d *driver) take(first message) (reports []rollout.Command, pubs []message) {
+	m, n := first, 0
+	for {
 		switch {
 		case m.ended != "":
 			delete(d.execs, m.ended)
@@ -192,127 +201,103 @@ func (d *driver) handle(ctx context.Context, first message) {
 		case m.publish != nil:
 			pubs = append(pubs, m)
 		}
-	}
-	err := d.appendBatch(ctx, reports, pubs, false)
-	for _, p := range pubs {
-		p.done <- err
-	}
-}
-
-// plan asks the planner and appends its commands until it proposes none,
-// and returns the last decision.
-func (d *driver) plan(ctx context.Context) (plan.Decision, error) {
-	for round := 0; ; round++ {
-		dec := plan.Next(d.state, d.a.now())
-		if len(dec.Commands) == 0 || round >= 64 {
-			return dec, nil
+		if n++; n >= maxBatch {
+			return reports, pubs
 		}
-		before := d.version
-		if err := d.appendBatch(ctx, dec.Commands, nil, true); err != nil {
-			return dec, err
-		}
-		if d.version == before {
-			return dec, nil // every command was refused or changed nothing
+		select {
+		case m = <-d.inbox:
+		default:
+			return reports, pubs
 		}
 	}
 }
 
-// appendBatch decides cmds on the current state, one after the other, and
-// appends their events and pubs in one append, through the aggregate
-// executor. Planner commands stop at the first refusal (the next plan
-// decides again); reports that are refused are stale (the step moved on)
-// and dropped. The decision is made on the driver's own copy; a lost race
-// reads the log and decides again.
-func (d *driver) appendBatch(ctx context.Context, cmds []rollout.Command, pubs []message, stopAtRefusal bool) error {
-	if len(cmds) == 0 && len(pubs) == 0 {
-		return nil
-	}
-	var cached *driverFold
-	// onLog tells whether the last decision was made on the log's state
-	// rather than the driver's copy; before is that state then, and
-	// decided the decision's events: the metrics observe what they end.
-	var onLog bool
-	var before rollout.State
-	var decided int
+// appendBatch decides reports, then what the planner proposes on the
+// state they leave (round after round, until it proposes nothing new or
+// the batch is full), and appends their events and pubs in one append,
+// through the aggregate executor. Reports that are refused are stale (the
+// step moved on) and dropped; the planner's commands stop at the first
+// refusal (the next plan decides again).
+//
+// The decision is made on the driver's own state, to which each event is
+// applied as it is decided, so that the next command is decided on what
+// it leaves: nothing copies the whole pool. What the append did not store
+// is reverted; when the log had moved on, the executor decides again on
+// the log's state, which becomes the driver's.
+func (d *driver) appendBatch(ctx context.Context, reports []rollout.Command, pubs []message) error {
+	cached := &driverFold{state: &d.state, issued: d.issued, withdrawn: d.withdrawn, version: d.version, own: true}
 	actx, span := d.span(ctx, "rollout append")
 	res, err := d.x.Execute(actx, aggregate.Command[*driverFold]{Ref: ref(d.org, d.id),
-		Cached: func() (*driverFold, uint64, bool) {
-			// The instruction sets are the driver's own: the executor adds
-			// to them only what it stored, as d.apply would.
-			cached = &driverFold{state: d.state.Clone(), issued: d.issued, withdrawn: d.withdrawn}
-			return cached, d.version, true
-		},
-		Decide: func(s *driverFold, now time.Time) ([]any, error) {
-			evs := d.decideBatch(s, cmds, pubs, stopAtRefusal, now)
-			onLog, decided = s != cached, len(evs)
-			if onLog && len(evs) > 0 {
-				before = s.state.Clone() // the executor applies the events to s
+		Cached: func() (*driverFold, uint64, bool) { return cached, d.version, true },
+		Decide: func(f *driverFold, now time.Time) ([]any, error) {
+			if f != cached {
+				cached.revert() // the log moved on: its state replaces the driver's
 			}
-			return evs, nil
+			return d.decideBatch(f, reports, pubs, now), nil
 		}})
+	cached.revert()
 	span.SetAttributes(attribute.Int("anvil.events", len(res.Stored)))
 	span.End()
-	if err != nil {
-		if cerr := d.catchUp(ctx); cerr != nil {
-			return errors.Join(err, cerr)
-		}
-		return err
-	}
-	if onLog {
-		// The log had events the driver had not folded yet: its state is
-		// the log's now.
-		if len(res.Stored) > 0 {
-			d.a.Metrics.rolloutEvents(before, res.Events[len(res.Events)-decided:])
-		}
-		for i := range res.Stored {
-			d.own[res.Stored[i].ID] = true
-		}
-		d.state, d.issued, d.withdrawn, d.version = res.State.state, res.State.issued, res.State.withdrawn, res.Version
-	} else {
-		for i := range res.Stored {
-			d.own[res.Stored[i].ID] = true
-			d.a.Metrics.rolloutEvent(&d.state, res.Events[i])
-			d.apply(res.Events[i])
-			d.version = res.Stored[i].Sequence
-		}
+	for i := range res.Stored {
+		d.own[res.Stored[i].ID] = true
 	}
 	if len(res.Stored) > 0 {
 		d.a.Metrics.appended(len(res.Stored))
 	}
-	return nil
+	if err == nil && res.State != nil && res.State != cached {
+		d.state, d.issued, d.withdrawn, d.version = *res.State.state, res.State.issued, res.State.withdrawn, res.Version
+		return nil
+	}
+	d.version = cached.version
+	if err != nil {
+		if cerr := d.catchUp(ctx); cerr != nil {
+			return errors.Join(err, cerr)
+		}
+	}
+	return err
 }
 
-// decideBatch is appendBatch's decision on s: the events of cmds, each
-// decided on what the previous ones left, and the pubs not in the log yet
-// (as drafts with their own ids, so that a redelivered one is stored
-// once). It does not modify s.
-func (d *driver) decideBatch(s *driverFold, cmds []rollout.Command, pubs []message, stopAtRefusal bool, now time.Time) []any {
-	st, own := s.state, false // copied before the first event is applied to it
+// decideBatch is appendBatch's decision on f: the events of the reports
+// and of the planner's commands, each decided on what the previous ones
+// left and applied to f's state ahead of the append, then the pubs not in
+// the log yet (as drafts with their own ids, so that a redelivered one is
+// stored once).
+func (d *driver) decideBatch(f *driverFold, reports []rollout.Command, pubs []message, now time.Time) []any {
 	var out []any
-	for i, c := range cmds {
-		evs, err := rollout.Decide(st, c, now)
+	// decide reports whether c was accepted and how many events it made.
+	decide := func(c rollout.Command) (bool, int) {
+		evs, err := rollout.Decide(*f.state, c, now)
 		if err != nil {
 			d.log.Debug("command refused", "command", c.CommandType(), "err", err)
-			if stopAtRefusal {
-				break
-			}
-			continue
+			return false, 0
+		}
+		for _, e := range evs {
+			f.applyAhead(e, d.a.Metrics.observation(f.state, e))
 		}
 		out = append(out, evs...)
+		return true, len(evs)
+	}
+	for _, c := range reports {
 		if len(out) >= maxBatch {
 			break
 		}
-		if len(evs) > 0 && i < len(cmds)-1 {
-			if !own {
-				st, own = st.Clone(), true
+		decide(c)
+	}
+	for round := 0; round < 64 && len(out) < maxBatch; round++ {
+		made := 0
+		for _, c := range plan.Next(*f.state, now).Commands {
+			ok, n := decide(c)
+			made += n
+			if !ok || len(out) >= maxBatch {
+				break
 			}
-			for _, e := range evs {
-				st.Apply(e)
-			}
+		}
+		if made == 0 {
+			break
 		}
 	}
 	for _, p := range pubs {
-		if s.published(p.publish) {
+		if f.published(p.publish) {
 			continue
 		}
 		out = append(out, events.Draft{ID: p.draftID, Payload: p.publish})
@@ -323,19 +308,73 @@ func (d *driver) decideBatch(s *driverFold, cmds []rollout.Command, pubs []messa
 // driverFold is what the driver folds a rollout's events into: its state,
 // and the boot instructions in the log (State.Apply ignores those events).
 type driverFold struct {
-	state rollout.State
+	state *rollout.State
 	// issued and withdrawn are the instruction ids whose
 	// rollout.reboot_requested / rollout.instruction_withdrawn is in the
 	// log.
 	issued, withdrawn map[string]bool
+	// ahead are the events the decision applied to state before their
+	// append, oldest first: the executor's Apply takes them as stored
+	// instead of applying them again.
+	ahead []aheadEvent
+	// own: state is the driver's, to be reverted to what the log holds;
+	// version is the log's version of it.
+	own     bool
+	version uint64
+}
+
+// aheadEvent is an event applied ahead of its append: what takes it back,
+// and the metrics it records once stored.
+type aheadEvent struct {
+	undo    rollout.Reversal
+	observe func()
 }
 
 func newDriverFold() *driverFold {
-	return &driverFold{issued: map[string]bool{}, withdrawn: map[string]bool{}}
+	return &driverFold{state: &rollout.State{}, issued: map[string]bool{}, withdrawn: map[string]bool{}}
+}
+
+// stored folds one stored event: an event applied ahead is only taken as
+// stored.
+func (f *driverFold) stored(env *events.Envelope, p any) {
+	if len(f.ahead) > 0 {
+		a := f.ahead[0]
+		f.ahead = f.ahead[1:]
+		if a.observe != nil {
+			a.observe()
+		}
+	} else {
+		f.apply(p)
+	}
+	if env != nil {
+		f.version = env.Sequence
+	}
+}
+
+// applyAhead applies a decided event before its append.
+func (f *driverFold) applyAhead(e any, observe func()) {
+	a := aheadEvent{observe: observe}
+	if f.own {
+		a.undo = f.state.ApplyReversibly(e)
+	} else {
+		f.state.Apply(e)
+	}
+	f.ahead = append(f.ahead, a)
+}
+
+// revert takes back, newest first, the events applied ahead that were
+// not stored.
+func (f *driverFold) revert() {
+	if f.own {
+		for i := len(f.ahead) - 1; i >= 0; i-- {
+			f.state.Revert(f.ahead[i].undo)
+		}
+	}
+	f.ahead = nil
 }
 
 // apply folds one event payload.
-func (f *driverFold) apply(p any) { fold(&f.state, f.issued, f.withdrawn, p) }
+func (f *driverFold) apply(p any) { fold(f.state, f.issued, f.withdrawn, p) }
 
 // fold folds one event payload of a rollout into its state and its sets
 // of instructions in the log.
@@ -434,16 +473,5 @@ func (d *driver) stopAll() {
 	for key, ex := range d.execs {
 		ex.cancel()
 		delete(d.execs, key)
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }

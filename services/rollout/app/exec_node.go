@@ -35,15 +35,12 @@ func (x *executor) cordon(ctx context.Context) {
 		if err != nil {
 			return false, err
 		}
-		if err := cl.Cordon(ctx, x.act.Node, "rollout/"+x.d.id); err != nil {
+		n, err := cl.Cordon(ctx, x.act.Node, "rollout/"+x.d.id)
+		if err != nil {
 			if errs.KindOf(err) == errs.KindNotFound {
 				x.fail(ctx, fmt.Sprintf("node %s does not exist in cluster %s", x.act.Node, x.cluster))
 				return true, nil
 			}
-			return false, err
-		}
-		n, err := cl.Node(ctx, x.act.Node)
-		if err != nil {
 			return false, err
 		}
 		x.report(ctx, rollout.SucceedStep{Machine: x.act.Machine, Step: x.act.Step, Attempt: x.act.Attempt,
@@ -85,24 +82,28 @@ func (x *executor) drain(ctx context.Context) {
 	})
 }
 
-// waitReady waits until the node is Ready.
+// waitReady waits until the node is Ready, woken by the node's changes.
 func (x *executor) waitReady(ctx context.Context) {
 	var cl Cluster
+	var clErr error
 	saidStale := false
 	x.retry(ctx, func() <-chan struct{} {
+		// The cluster is taken before the first read, so that a node that
+		// is not Ready yet is waited for on its changes, not for a poll.
 		if cl == nil {
-			return nil
+			c, err := x.a.Clusters.Cluster(ctx, x.d.org, x.cluster)
+			if err != nil {
+				clErr = err
+				return nil
+			}
+			cl = c
 		}
 		return cl.NodeChanged(x.act.Node)
 	}, func() (bool, error) {
 		if cl == nil {
-			c, err := x.a.Clusters.Cluster(ctx, x.d.org, x.cluster)
-			if err != nil {
-				return false, err
-			}
-			cl = c
+			return false, clErr
 		}
-		n, err := cl.Node(ctx, x.act.Node)
+		n, err := cl.WatchedNode(ctx, x.act.Node)
 		if err != nil {
 			return false, err
 		}

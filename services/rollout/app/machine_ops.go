@@ -8,6 +8,7 @@ import (
 
 	"github.com/anvil-fleet/anvil/libs/events"
 	"github.com/anvil-fleet/anvil/libs/events/aggregate"
+	"github.com/anvil-fleet/anvil/libs/events/clock"
 	"github.com/anvil-fleet/anvil/libs/events/errs"
 	"github.com/anvil-fleet/anvil/libs/fields/values"
 	regapi "github.com/anvil-fleet/anvil/services/registry/api"
@@ -239,7 +240,7 @@ func (a *App) DriveOperation(ctx context.Context, org, id string) error {
 			})
 			if err != nil {
 				if err := load(); err != nil && ctx.Err() == nil {
-					sleep(ctx, a.Settings.Poll)
+					_ = clock.Sleep(ctx, a.Settings.Poll)
 				}
 				continue
 			}
@@ -305,7 +306,7 @@ func (a *App) DriveOperation(ctx context.Context, org, id string) error {
 			a.Log.Warn("machine operation step failed; trying again", "operation", id, "step", step, "err", err)
 			// Look for a cancellation, then try again.
 			if err := load(); err == nil && !st.Status.Final() {
-				sleep(ctx, a.Settings.Poll)
+				_ = clock.Sleep(ctx, a.Settings.Poll)
 			}
 		}
 	}
@@ -324,7 +325,7 @@ func (a *App) runOperationStep(ctx context.Context, org string, st machineop.Sta
 	}
 	switch st.Step() {
 	case machineop.StepCordon:
-		err := cl.Cordon(ctx, st.Node, "operation/"+st.ID)
+		_, err := cl.Cordon(ctx, st.Node, "operation/"+st.ID)
 		if errs.KindOf(err) == errs.KindNotFound {
 			return "node " + st.Node + " does not exist; nothing to cordon", nil
 		}

@@ -100,43 +100,57 @@ func (m *Metrics) actionEnded(kind string) {
 // the rollout. Whoever appends an event calls it once, so each outcome is
 // observed once across replicas.
 func (m *Metrics) rolloutEvent(s *rollout.State, event any) {
+	if observe := m.observation(s, event); observe != nil {
+		observe()
+	}
+}
+
+// observation is rolloutEvent's measure, taken on the state before the
+// event, to be recorded once the event is stored; nil when the event ends
+// nothing measured.
+func (m *Metrics) observation(s *rollout.State, event any) func() {
 	if m == nil || s == nil {
-		return
+		return nil
 	}
 	if v := reflect.ValueOf(event); v.Kind() == reflect.Pointer {
 		if v.IsNil() {
-			return
+			return nil
 		}
 		event = v.Elem().Interface()
 	}
-	drain := func(machine string, step rollout.Step, attempt int, at time.Time, outcome string) {
+	drain := func(machine string, step rollout.Step, attempt int, at time.Time, outcome string) func() {
 		if step != rollout.StepDrain {
-			return
+			return nil
 		}
 		if ms, ok := s.Machine(machine); ok && ms.Step == rollout.StepDrain && ms.Attempt == attempt &&
 			ms.StepStatus == rollout.StepStatusRunning && !ms.StepStartedAt.IsZero() {
-			m.drains.WithLabelValues("rollout", outcome).Observe(nonNegative(at.Sub(ms.StepStartedAt)))
+			took := nonNegative(at.Sub(ms.StepStartedAt))
+			return func() { m.drains.WithLabelValues("rollout", outcome).Observe(took) }
 		}
+		return nil
 	}
-	ended := func(outcome rollout.Status, at time.Time) {
+	ended := func(outcome rollout.Status, at time.Time) func() {
 		if s.Exists() && !s.Refused && !s.Outcome.Final() && s.Outcome != outcome && !s.StartedAt.IsZero() {
-			m.rollouts.WithLabelValues(string(outcome)).Observe(nonNegative(at.Sub(s.StartedAt)))
+			took := nonNegative(at.Sub(s.StartedAt))
+			return func() { m.rollouts.WithLabelValues(string(outcome)).Observe(took) }
 		}
+		return nil
 	}
 	switch e := event.(type) {
 	case rollout.StepSucceeded:
-		drain(e.Machine, e.Step, e.Attempt, e.At, "succeeded")
+		return drain(e.Machine, e.Step, e.Attempt, e.At, "succeeded")
 	case rollout.StepFailed:
-		drain(e.Machine, e.Step, e.Attempt, e.At, "failed")
+		return drain(e.Machine, e.Step, e.Attempt, e.At, "failed")
 	case rollout.StepCancelled:
-		drain(e.Machine, e.Step, e.Attempt, e.At, "cancelled")
+		return drain(e.Machine, e.Step, e.Attempt, e.At, "cancelled")
 	case rollout.Succeeded:
-		ended(rollout.StatusSucceeded, e.At)
+		return ended(rollout.StatusSucceeded, e.At)
 	case rollout.Failed:
-		ended(rollout.StatusFailed, e.At)
+		return ended(rollout.StatusFailed, e.At)
 	case rollout.Aborted:
-		ended(rollout.StatusAborted, e.At)
+		return ended(rollout.StatusAborted, e.At)
 	}
+	return nil
 }
 
 // rolloutEvents observes events appended together to a rollout whose

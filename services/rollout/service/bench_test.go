@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -12,6 +15,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -22,6 +26,7 @@ import (
 	regapi "github.com/anvil-fleet/anvil/services/registry/api"
 	"github.com/anvil-fleet/anvil/services/rollout/api"
 	"github.com/anvil-fleet/anvil/services/rollout/domain/rollout"
+	"github.com/anvil-fleet/anvil/services/rollout/service"
 	"github.com/anvil-fleet/anvil/sim"
 )
 
@@ -33,19 +38,37 @@ import (
 // drain; it fails if one with a Node skipped them. It reports the rollout's
 // wall time (total_s) and, as the floor measured in the same run, the time
 // the bare external work takes with the same parallelism (floor_s): per
-// machine a cordon and an uncordon patch on the real API server and one raw
-// JetStream publish per event the rollout appends; and how many machines
-// took each path (cordoned and drained, provisioned without a node).
+// machine a cordon and an uncordon patch on the real API server, with a
+// client of the rollout's limits, and one raw JetStream publish per event
+// the rollout appends; how long its driver spent appending (append_s); and
+// how many machines took each path (cordoned and drained, provisioned
+// without a node). Where a machine's time went, step by step, and the
+// appends' figures are printed to stderr.
 //
-//	go test ./services/rollout/service -run '^$' -bench Rollout1000 -benchtime 1x -timeout 30m
-func BenchmarkRollout1000(b *testing.B) {
-	n := eventstest.BenchSize(b, "machines", 1000, 5)
+//	go test ./services/rollout/service -run '^$' -bench 'Rollout1000$' -benchtime 1x -timeout 30m
+func BenchmarkRollout1000(b *testing.B) { benchRollout(b, 1000) }
+
+// BenchmarkRollout10000 is BenchmarkRollout1000 with 10,000 machines
+// (their setup alone takes about 20 minutes on two cores):
+//
+//	go test ./services/rollout/service -run '^$' -bench 'Rollout10000$' -benchtime 1x -timeout 90m
+func BenchmarkRollout10000(b *testing.B) { benchRollout(b, 10000) }
+
+func benchRollout(b *testing.B, full int) {
+	n := eventstest.BenchSize(b, "machines", full, 5)
+	// The waits of the setup grow with the fleet: every thousand machines
+	// take about two minutes to boot and provision on two cores.
+	within := time.Duration(max(1, (n+999)/1000)) * 3 * time.Minute
 	// The agents heartbeat every heartbeat ±20%; the registry marks a
 	// machine offline after offline of silence: well apart, so that no
 	// machine is offline at the rollout's sanity check however loaded the
 	// machine running the benchmark is.
 	const heartbeat, offline = 10 * time.Second, time.Minute
-	s := newStackWith(b, stackOptions{offlineAfter: offline})
+	// The rollout's client and the floor's get the fleet's limits: with
+	// the default 200 requests/s both would be bound by their client's
+	// rate limiter, not by the work.
+	const qps, burst = 2000, 4000
+	s := newStackWith(b, stackOptions{offlineAfter: offline, kubeQPS: qps, kubeBurst: burst})
 	org, pool := "bench", "bench"
 	tok := s.org(org)
 	s.cluster(org, "c1")
@@ -53,7 +76,7 @@ func BenchmarkRollout1000(b *testing.B) {
 	// the harness's shared one (200 requests/s) would bound the rollout by
 	// the simulator's Node updates, not by the rollout's own calls.
 	rc := s.cp.RESTConfig()
-	rc.QPS, rc.Burst = 2000, 4000
+	rc.QPS, rc.Burst = qps, burst
 	kube, err := kubernetes.NewForConfig(rc)
 	must(b, err)
 	fleet := s.fleetFor(tok, func(c *sim.Config) {
@@ -67,18 +90,22 @@ func BenchmarkRollout1000(b *testing.B) {
 	setup := time.Now()
 	s.machines(org, pool, fleet, n)
 	strat := steady("10%")
-	s.createPool(org, pool, "c1", poolSpec("1", strat))
+	s.createPoolWithin(org, pool, "c1", poolSpec("1", strat), within)
 	b.Logf("setup: %d machines booted and provisioned in %s", n, time.Since(setup).Round(time.Second))
 
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
-		nodes := s.allJoined(org, pool, n, uint64(i+1))
+		nodes := s.allJoined(org, pool, n, uint64(i+1), within)
 		b.StartTimer()
 		start := time.Now()
+		appendsBefore := rolloutAppends(b)
+		stopProfile := profileRollout(b)
 		rev := s.apply(org, pool, poolSpec(fmt.Sprint(i+2), strat))
 		stop := s.progress(org, pool, uint64(rev))
-		r := s.waitRollout(org, pool, uint64(rev), 8*time.Minute, api.StatusSucceeded)
+		r := s.waitRollout(org, pool, uint64(rev), within, api.StatusSucceeded)
 		total := time.Since(start)
+		stopProfile()
+		appends := rolloutAppends(b).since(appendsBefore)
 		stop()
 		b.StopTimer()
 		if r.Progress.Done != n {
@@ -99,19 +126,29 @@ func BenchmarkRollout1000(b *testing.B) {
 				r.ID, paths.noNode, len(skipped), strings.Join(skipped[:min(len(skipped), 10)], ", "))
 		}
 		events := s.countEvents(org, r.ID)
-		floor := s.baseline(b, pool, n, events/n)
+		floor := s.baseline(b, kube, pool, n, events/n)
 		b.ReportMetric(total.Seconds(), "total_s")
 		b.ReportMetric(floor.Seconds(), "floor_s")
 		b.ReportMetric(total.Seconds()/floor.Seconds(), "x_floor")
 		b.ReportMetric(float64(total.Milliseconds())/float64(n), "ms/machine")
 		b.ReportMetric(float64(paths.cordonedDrained), "cordoned_drained")
 		b.ReportMetric(float64(paths.noNode), "no_node")
+		// One rollout's events are appended one after the other (each
+		// publish waits for the previous one's sequence): the time its
+		// driver spent appending is the part of total_s that the floor's
+		// parallel publishes do not have.
+		b.ReportMetric(appends.seconds, "append_s")
 		b.Logf("rollout %s of %d machines (revision %d, maxUnavailable 10%%, instant reboots): %s, %.1f ms per machine, %d events (version %d); "+
 			"floor (the bare Kubernetes patches and raw appends, same parallelism): %s, %.1fx; "+
 			"paths: %d cordoned and drained, %d provisioned without a node, %d skipped cordon or drain; %d of %d with a Node before it began",
 			r.ID, n, rev, total.Round(time.Millisecond), float64(total.Milliseconds())/float64(n), events, r.Version,
 			floor.Round(time.Millisecond), total.Seconds()/floor.Seconds(),
 			paths.cordonedDrained, paths.noNode, paths.skipped, len(nodes), n)
+		// On stderr: a benchmark's log is cut after ten lines.
+		fmt.Fprintf(os.Stderr, "rollout %s: where a machine's time goes (from the events' decision times; mean / p50 / p90 / max):\n%s\n"+
+			"  appends to rollouts: %d appends of %d events, %.1f s in all (%.0f%% of the rollout's wall time), %.2f ms per event\n",
+			r.ID, s.stepTimings(org, r.ID, start), appends.appends, appends.events, appends.seconds,
+			100*appends.seconds/total.Seconds(), 1000*appends.seconds/max(float64(appends.events), 1))
 		b.StartTimer()
 	}
 }
@@ -120,9 +157,9 @@ func BenchmarkRollout1000(b *testing.B) {
 // revision in the registry and online, and has a Ready Node (the simulated
 // kubelet joined), so that a rollout goes through cordon and drain for
 // each; it returns the pool's Nodes.
-func (s *stack) allJoined(org, pool string, n int, revision uint64) map[string]bool {
+func (s *stack) allJoined(org, pool string, n int, revision uint64, within time.Duration) map[string]bool {
 	s.t.Helper()
-	s.eventually(fmt.Sprintf("%d machines of %s ready at revision %d, online", n, pool, revision), 2*time.Minute, func() (bool, string) {
+	s.eventually(fmt.Sprintf("%d machines of %s ready at revision %d, online", n, pool, revision), within, func() (bool, string) {
 		ms := s.registryMachines(org, pool)
 		if len(ms) != n {
 			return false, fmt.Sprintf("%d machines in the registry", len(ms))
@@ -135,7 +172,7 @@ func (s *stack) allJoined(org, pool string, n int, revision uint64) map[string]b
 		return true, ""
 	})
 	nodes := map[string]bool{}
-	s.eventually(fmt.Sprintf("%d Nodes of %s Ready", n, pool), 2*time.Minute, func() (bool, string) {
+	s.eventually(fmt.Sprintf("%d Nodes of %s Ready", n, pool), within, func() (bool, string) {
 		list, err := s.cp.Client.CoreV1().Nodes().List(s.ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, err.Error()
@@ -222,6 +259,154 @@ func (s *stack) rolloutPaths(org, id string) paths {
 	return p
 }
 
+// span is a set of durations of one kind, for the benchmark's breakdown.
+type span []time.Duration
+
+func (s span) String() string {
+	if len(s) == 0 {
+		return "-"
+	}
+	sorted := slices.Clone(s)
+	slices.Sort(sorted)
+	var sum time.Duration
+	for _, d := range sorted {
+		sum += d
+	}
+	at := func(q float64) time.Duration { return sorted[min(len(sorted)-1, int(q*float64(len(sorted))))] }
+	ms := func(d time.Duration) string { return fmt.Sprintf("%.0f", float64(d.Microseconds())/1000) }
+	return fmt.Sprintf("%s / %s / %s / %s ms (%d)", ms(sum/time.Duration(len(sorted))), ms(at(0.5)), ms(at(0.9)), ms(sorted[len(sorted)-1]), len(sorted))
+}
+
+// stepTimings replays a rollout's events and says where a machine's time
+// went: each step from its start to its outcome (the executor's work and
+// the wait for its report to be decided), each gap between one step's
+// outcome and the next one's start (the planner's turn and the append of
+// the start), and the rollout's own phases from the apply at applied.
+func (s *stack) stepTimings(org, id string, applied time.Time) string {
+	s.t.Helper()
+	type machine struct {
+		begun, last time.Time // last: the latest outcome (or begun)
+		started     time.Time // the running step's start
+	}
+	ms := map[string]*machine{}
+	steps, gaps := map[rollout.Step]span{}, map[rollout.Step]span{}
+	var started, checked, firstBegun, lastDone, finished time.Time
+	var toDone, doneGap span
+	reg := service.NewRegistry()
+	err := s.env.Store.Replay(s.ctx, events.Filter{Org: org, AggregateType: "rollout", AggregateID: id},
+		events.Position{}, events.Position{}, func(env *events.Envelope) error {
+			p, err := reg.Decode(env)
+			if err != nil {
+				return err
+			}
+			switch e := p.(type) {
+			case rollout.Started:
+				started = e.At
+			case rollout.ChecksRecorded:
+				checked = e.At
+			case rollout.MachineBegun:
+				ms[e.Machine] = &machine{begun: e.At, last: e.At}
+				if firstBegun.IsZero() {
+					firstBegun = e.At
+				}
+			case rollout.StepStarted:
+				if m := ms[e.Machine]; m != nil {
+					gaps[e.Step] = append(gaps[e.Step], e.At.Sub(m.last))
+					m.started = e.At
+				}
+			case rollout.StepSucceeded:
+				if m := ms[e.Machine]; m != nil {
+					steps[e.Step] = append(steps[e.Step], e.At.Sub(m.started))
+					m.last = e.At
+				}
+			case rollout.MachineDone:
+				if m := ms[e.Machine]; m != nil {
+					doneGap = append(doneGap, e.At.Sub(m.last))
+					toDone = append(toDone, e.At.Sub(m.begun))
+				}
+				lastDone = e.At
+			case rollout.Succeeded:
+				finished = e.At
+			}
+			return nil
+		})
+	must(s.t, err)
+	var b strings.Builder
+	fmt.Fprintf(&b, "  rollout: apply → started %s, → checks recorded %s, → first machine begun %s, last machine done → succeeded %s\n",
+		started.Sub(applied).Round(time.Millisecond), checked.Sub(started).Round(time.Millisecond),
+		firstBegun.Sub(checked).Round(time.Millisecond), finished.Sub(lastDone).Round(time.Millisecond))
+	fmt.Fprintf(&b, "  machine begun → done: %s\n", toDone)
+	for _, st := range rollout.Steps {
+		fmt.Fprintf(&b, "  gap before %-10s %s\n  %-21s %s\n", st+":", gaps[st], st+":", steps[st])
+	}
+	fmt.Fprintf(&b, "  gap before done:      %s", doneGap)
+	return b.String()
+}
+
+// envRolloutProfile names a directory where the benchmark writes a CPU
+// profile of the rollout alone (-cpuprofile covers the setup too, which
+// takes most of the run).
+const envRolloutProfile = "ANVIL_BENCH_ROLLOUT_PROFILE"
+
+// profileRollout starts the rollout's CPU profile if envRolloutProfile
+// asks for one, and returns what stops it.
+func profileRollout(b *testing.B) (stop func()) {
+	dir := os.Getenv(envRolloutProfile)
+	if dir == "" {
+		return func() {}
+	}
+	f, err := os.Create(filepath.Join(dir, "rollout-cpu.pprof"))
+	must(b, err)
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		b.Logf("%s: %v (is -cpuprofile set?)", envRolloutProfile, err)
+		return func() {}
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		must(b, f.Close())
+		b.Logf("the rollout's CPU profile: %s", f.Name())
+	}
+}
+
+// appendStats are the event store's own counts of the appends to rollouts
+// (anvil_events_append_duration_seconds and anvil_events_appended_total):
+// one rollout's appends are made one after the other, so their time is
+// how long its driver waited on the store.
+type appendStats struct {
+	appends, events int
+	seconds         float64
+}
+
+func (a appendStats) since(b appendStats) appendStats {
+	return appendStats{appends: a.appends - b.appends, events: a.events - b.events, seconds: a.seconds - b.seconds}
+}
+
+func rolloutAppends(b *testing.B) appendStats {
+	families, err := prometheus.DefaultGatherer.Gather()
+	must(b, err)
+	var out appendStats
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			rollout := false
+			for _, l := range m.GetLabel() {
+				rollout = rollout || l.GetName() == "aggregate" && l.GetValue() == "rollout"
+			}
+			if !rollout {
+				continue
+			}
+			switch f.GetName() {
+			case "anvil_events_append_duration_seconds":
+				out.appends += int(m.GetHistogram().GetSampleCount())
+				out.seconds += m.GetHistogram().GetSampleSum()
+			case "anvil_events_appended_total":
+				out.events += int(m.GetCounter().GetValue())
+			}
+		}
+	}
+	return out
+}
+
 // countEvents counts the events on a rollout's subject.
 func (s *stack) countEvents(org, id string) int {
 	n := 0
@@ -233,8 +418,9 @@ func (s *stack) countEvents(org, id string) int {
 
 // baseline does the bare external work of a rollout with the same
 // parallelism (maxUnavailable machines at a time): a cordon and an
-// uncordon patch per node, and perMachine raw JetStream publishes.
-func (s *stack) baseline(b *testing.B, pool string, n, perMachine int) time.Duration {
+// uncordon patch per node with kube (a client with the rollout's limits),
+// and perMachine raw JetStream publishes.
+func (s *stack) baseline(b *testing.B, kube kubernetes.Interface, pool string, n, perMachine int) time.Duration {
 	js, err := jetstream.New(s.nc)
 	must(b, err)
 	ctx := context.Background()
@@ -250,7 +436,7 @@ func (s *stack) baseline(b *testing.B, pool string, n, perMachine int) time.Dura
 			defer func() { <-sem; wg.Done() }()
 			node := fmt.Sprintf("%s-m%02d", pool, i)
 			for _, p := range []string{`{"spec":{"unschedulable":true}}`, `{"spec":{"unschedulable":null}}`} {
-				if _, err := s.cp.Client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(p), metav1.PatchOptions{}); err != nil {
+				if _, err := kube.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(p), metav1.PatchOptions{}); err != nil {
 					b.Error(err)
 					return
 				}

@@ -1,6 +1,7 @@
 package service_test
 
 import (
+	"fmt"
 	"strings"
 	"time"
 
@@ -51,11 +52,16 @@ func maintenanceAndDelete(s *stack) {
 	if len(pods) != 0 {
 		s.t.Fatalf("%d pods left on m01 in maintenance", len(pods))
 	}
-	ops, err := s.api.ListOperations(s.ctx, api.ListRequest{Org: org, Kind: "machine"})
-	must(s.t, err)
-	if len(ops.Items) != 1 || ops.Items[0].Kind != api.KindMaintenanceEnter || ops.Items[0].Status != "succeeded" {
-		s.t.Fatalf("operations %+v", ops.Items)
-	}
+	// The operation's last event follows the registry's status change,
+	// and its read model follows the log: wait for it to say succeeded.
+	var ops api.OperationList
+	s.eventually("the maintenance operation succeeded", time.Minute, func() (bool, string) {
+		ops, err = s.api.ListOperations(s.ctx, api.ListRequest{Org: org, Kind: "machine"})
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(ops.Items) == 1 && ops.Items[0].Kind == api.KindMaintenanceEnter && ops.Items[0].Status == "succeeded", fmt.Sprintf("%+v", ops.Items)
+	})
 	op, err := s.api.GetOperation(s.ctx, api.GetRequest{Org: org, ID: ops.Items[0].ID})
 	must(s.t, err)
 	var steps []string
@@ -89,9 +95,13 @@ func maintenanceAndDelete(s *stack) {
 	if !apierrors.IsNotFound(err) {
 		s.t.Fatalf("node m02 after the delete: %v", err)
 	}
-	ops, err = s.api.ListOperations(s.ctx, api.ListRequest{Org: org, Kind: api.KindDeletion})
-	must(s.t, err)
-	if len(ops.Items) != 1 || ops.Items[0].Status != "succeeded" || ops.Items[0].Machine != m2 {
-		s.t.Fatalf("deletion operations %+v", ops.Items)
-	}
+	// The operation succeeds once the machine is gone: wait for its last
+	// event to reach the read model.
+	s.eventually("the deletion operation succeeded", time.Minute, func() (bool, string) {
+		ops, err = s.api.ListOperations(s.ctx, api.ListRequest{Org: org, Kind: api.KindDeletion})
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(ops.Items) == 1 && ops.Items[0].Status == "succeeded" && ops.Items[0].Machine == m2, fmt.Sprintf("%+v", ops.Items)
+	})
 }

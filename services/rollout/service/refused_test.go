@@ -45,7 +45,7 @@ func TestApplyThatCannotStart(t *testing.T) {
 	regReady := make(chan *regservice.Service, 1)
 	run("registry", func(ctx context.Context) error {
 		return regservice.Start(ctx, regservice.Config{Config: svc.Config{Service: "registry", StreamReplicas: 1}},
-			svc.Options{Conn: env.Connect(t), Logger: logger("registry")}, regReady)
+			svc.Options{Conn: env.Connect(t), Logger: logger("registry")}, regservice.Hooks{Ready: regReady})
 	}, func() { <-regReady })
 	rollReady := make(chan *service.Service, 1)
 	run("rollout", func(ctx context.Context) error {

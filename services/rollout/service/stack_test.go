@@ -79,6 +79,10 @@ const offlineAfter = 10 * time.Second
 type stackOptions struct {
 	// offlineAfter: the registry's; 0 is offlineAfter.
 	offlineAfter time.Duration
+	// kubeQPS and kubeBurst: the rollout service's client limits for the
+	// workload cluster; 0 is its default.
+	kubeQPS   float64
+	kubeBurst int
 }
 
 func newStack(t testing.TB) *stack {
@@ -105,7 +109,7 @@ func newStackWith(t testing.TB, o stackOptions) *stack {
 	ready := make(chan *regservice.Service, 1)
 	s.run("registry", func(ctx context.Context) error {
 		return regservice.Start(ctx, regservice.Config{Config: svc.Config{Service: "registry", StreamReplicas: 1}, OfflineAfter: o.offlineAfter},
-			svc.Options{Conn: s.conn(), Logger: s.logger("registry")}, ready)
+			svc.Options{Conn: s.conn(), Logger: s.logger("registry")}, regservice.Hooks{Ready: ready})
 	}, func() { s.regs = <-ready })
 
 	bready := make(chan *bootservice.Service, 1)
@@ -136,7 +140,8 @@ func newStackWith(t testing.TB, o stackOptions) *stack {
 	})
 
 	s.rolloutCfg = service.Config{Config: svc.Config{Service: service.Name, StreamReplicas: 1},
-		Instance: "test", LeaseTTL: 3 * time.Second, Poll: 500 * time.Millisecond, Replan: 5 * time.Second}
+		Instance: "test", LeaseTTL: 3 * time.Second, Poll: 500 * time.Millisecond, Replan: 5 * time.Second,
+		KubeQPS: o.kubeQPS, KubeBurst: o.kubeBurst}
 	s.startRollout()
 	t.Cleanup(func() {
 		if t.Failed() && os.Getenv("ANVIL_TEST_LOGS") != "" {
@@ -308,7 +313,14 @@ func (s *stack) machines(org, pool string, fleet *sim.Fleet, n int) []*sim.Machi
 // rollout.
 func (s *stack) createPool(org, pool, cluster string, spec revapi.PoolSpec) api.Rollout {
 	s.t.Helper()
-	s.eventually("every machine of "+pool+" booted and registered", 2*time.Minute, func() (bool, string) {
+	return s.createPoolWithin(org, pool, cluster, spec, 2*time.Minute)
+}
+
+// createPoolWithin is createPool for fleets that need more than two
+// minutes to boot, and as long again to provision.
+func (s *stack) createPoolWithin(org, pool, cluster string, spec revapi.PoolSpec, within time.Duration) api.Rollout {
+	s.t.Helper()
+	s.eventually("every machine of "+pool+" booted and registered", within, func() (bool, string) {
 		for host, m := range s.registryMachines(org, pool) {
 			if m.Status != "pending" {
 				return false, host + " is " + string(m.Status)
@@ -322,8 +334,7 @@ func (s *stack) createPool(org, pool, cluster string, spec revapi.PoolSpec) api.
 	if _, err := revapi.CreatePool(s.ctx, s.nc, req); err != nil {
 		s.t.Fatal(err)
 	}
-	r := s.waitRollout(org, pool, 1, 5*time.Minute, api.StatusSucceeded)
-	return r
+	return s.waitRollout(org, pool, 1, max(within, 5*time.Minute), api.StatusSucceeded)
 }
 
 // apply saves spec as the pool's next revision with Save & Apply and

@@ -166,44 +166,73 @@ func (v *View) Apply(event any) {
 		event = rv.Elem().Interface()
 	}
 	existed := v.state.Exists()
+	changed, all := v.state.Affects(event) // indexes, before the event may replace the machines
 	v.state.Apply(event)
 	if !v.state.Exists() {
 		return
 	}
 	v.log(event, existed)
-	v.refresh()
+	v.refreshRollout()
+	if all || !existed || len(v.Machines) != len(v.state.Machines) {
+		v.refresh()
+		return
+	}
+	// Only the rows of the machines the event changed: a rollout of
+	// 10,000 machines does not rebuild them all for every event.
+	for _, i := range changed {
+		v.count(v.Machines[i], -1)
+		v.Machines[i] = row(&v.state.Machines[i])
+		v.count(v.Machines[i], 1)
+	}
 }
 
-func (v *View) refresh() {
+// refreshRollout copies the rollout's own fields from the state.
+func (v *View) refreshRollout() {
 	s := &v.state
 	v.ID, v.Kind, v.Pool, v.Revision, v.Rollback, v.After = s.ID, Kind, s.Pool, s.Revision, s.Rollback, s.After
 	v.Status, v.Aborting, v.Reason, v.Refused = s.Status(), s.Aborting && s.Outcome == "", s.Reason, s.Refused
 	v.Excluded, v.Checks, v.StartedAt, v.FinishedAt = s.Excluded, s.Checks, s.StartedAt, s.FinishedAt
+}
+
+// refresh rebuilds every machine's row and the progress.
+func (v *View) refresh() {
+	s := &v.state
+	v.refreshRollout()
 	v.Progress = Progress{Total: len(s.Machines)}
 	v.Machines = v.Machines[:0]
-	for i, r := range s.Report() {
-		m := &s.Machines[i]
-		row := Machine{MachineReport: r, Phase: m.Phase, StepStatus: m.StepStatus, Attempt: m.Attempt}
-		if m.StepStatus == rollout.StepStatusRunning {
-			row.Deadline = m.Deadline
-			if m.Blocked != nil {
-				b := *m.Blocked
-				row.Blocked = &b
-			}
+	for i := range s.Machines {
+		r := row(&s.Machines[i])
+		v.Machines = append(v.Machines, r)
+		v.count(r, 1)
+	}
+}
+
+// row is the view's row of machine m.
+func row(m *rollout.MachineState) Machine {
+	r := Machine{MachineReport: m.Report(), Phase: m.Phase, StepStatus: m.StepStatus, Attempt: m.Attempt}
+	if m.StepStatus == rollout.StepStatusRunning {
+		r.Deadline = m.Deadline
+		if m.Blocked != nil {
+			b := *m.Blocked
+			r.Blocked = &b
 		}
-		v.Machines = append(v.Machines, row)
-		switch r.Outcome {
-		case rollout.OutcomeDone:
-			v.Progress.Done++
-		case rollout.OutcomeFailed:
-			v.Progress.Failed++
-		case rollout.OutcomeReleased:
-			v.Progress.Released++
-		case rollout.OutcomeNotStarted:
-			v.Progress.NotStarted++
-		default:
-			v.Progress.InProgress++
-		}
+	}
+	return r
+}
+
+// count adds (by +1) or takes away (by -1) a row from the progress.
+func (v *View) count(r Machine, by int) {
+	switch r.Outcome {
+	case rollout.OutcomeDone:
+		v.Progress.Done += by
+	case rollout.OutcomeFailed:
+		v.Progress.Failed += by
+	case rollout.OutcomeReleased:
+		v.Progress.Released += by
+	case rollout.OutcomeNotStarted:
+		v.Progress.NotStarted += by
+	default:
+		v.Progress.InProgress += by
 	}
 }
 

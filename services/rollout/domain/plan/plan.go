@@ -184,7 +184,10 @@ func Next(s rollout.State, now time.Time) Decision {
 		d.Commands = append(d.Commands, rollout.Remediate{Machine: u})
 		settling = true
 	}
-	for i := range s.Machines {
+	// Only machines that have begun and are not settled can be out: the
+	// plan walks them, not the whole pool.
+	lo, hi := s.Live()
+	for i := lo; i < hi; i++ {
 		m := &s.Machines[i]
 		if !m.Phase.Out() {
 			continue

@@ -50,7 +50,7 @@ func Decide(s State, cmd Command, now time.Time) ([]any, error) {
 	if err != nil || len(evs) == 0 {
 		return nil, err
 	}
-	if _, finish := cmd.(Finish); finish {
+	if _, finish := cmd.(Finish); finish || !s.mayFinishAfter(evs) {
 		return evs, nil
 	}
 	after := s.Clone()

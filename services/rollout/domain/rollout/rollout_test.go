@@ -51,6 +51,7 @@ func must(t *testing.T, s *State, cmd Command, now time.Time) []any {
 	}
 	for _, e := range evs {
 		s.Apply(e)
+		checkTally(t, s)
 	}
 	return evs
 }

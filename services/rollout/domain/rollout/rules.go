@@ -107,16 +107,11 @@ var weekdayNames = [...]string{"sun", "mon", "tue", "wed", "thu", "fri", "sat"}
 // the last machine finished has passed; and now is inside a maintenance
 // window.
 func (s *State) BeginCandidates(now time.Time) ([]string, *Block) {
-	var waiting []int
-	for i := range s.Machines {
-		if s.Machines[i].Phase == PhaseWaiting {
-			waiting = append(waiting, i)
-		}
-	}
-	if len(waiting) == 0 {
+	first := s.firstWaiting()
+	if first >= len(s.Machines) {
 		return nil, nil
 	}
-	next := &s.Machines[waiting[0]]
+	next := &s.Machines[first]
 	blk := func(r BlockReason, until time.Time, format string, args ...any) *Block {
 		return &Block{Reason: r, Machine: next.UUID, Until: until, Message: fmt.Sprintf(format, args...)}
 	}
@@ -145,7 +140,9 @@ func (s *State) BeginCandidates(now time.Time) ([]string, *Block) {
 			}
 		}
 		slots = min(slots, 1)
-	} else {
+	} else if t := &s.tally; !t.kept || t.controlPlaneNotDone() > 0 {
+		// The walk only finds whom to name (or, without a tally, whether
+		// any control-plane machine is not done).
 		for i := range s.Machines {
 			if m := &s.Machines[i]; m.ControlPlane && m.Phase != PhaseDone {
 				return nil, blk(BlockControlPlane, time.Time{}, "workers begin once every control-plane machine is done; %s is %s", m.Hostname, m.Phase)
@@ -166,11 +163,15 @@ func (s *State) BeginCandidates(now time.Time) ([]string, *Block) {
 		return nil, blk(BlockWindow, time.Time{}, "outside every maintenance window")
 	}
 	var uuids []string
-	for _, i := range waiting {
-		if len(uuids) == slots || s.Machines[i].ControlPlane != next.ControlPlane {
+	for i := first; i < len(s.Machines) && len(uuids) < slots; i++ {
+		m := &s.Machines[i]
+		if m.Phase != PhaseWaiting {
+			continue
+		}
+		if m.ControlPlane != next.ControlPlane {
 			break
 		}
-		uuids = append(uuids, s.Machines[i].UUID)
+		uuids = append(uuids, m.UUID)
 	}
 	return uuids, nil
 }
@@ -278,13 +279,21 @@ func (s *State) Finishing() (Status, string) {
 	if !s.Exists() || s.Outcome != "" {
 		return "", ""
 	}
-	for i := range s.Machines {
-		m := &s.Machines[i]
-		if m.Phase == PhaseActive {
-			return "", ""
-		}
-		if mv := s.MoveFor(m); mv.Start != "" || mv.Finish != "" {
-			return "", ""
+	switch t := &s.tally; {
+	case t.kept && t.count(PhaseActive) > 0:
+		return "", ""
+	case t.kept && !s.Aborting:
+		// Without an abort a machine that is not active has no move left
+		// (MoveFor): nothing to walk.
+	default:
+		for i := range s.Machines {
+			m := &s.Machines[i]
+			if m.Phase == PhaseActive {
+				return "", ""
+			}
+			if mv := s.MoveFor(m); mv.Start != "" || mv.Finish != "" {
+				return "", ""
+			}
 		}
 	}
 	if s.Aborting {
@@ -364,6 +373,9 @@ func (s *State) remediable(m *MachineState) bool {
 }
 
 func (s *State) remediating() int {
+	if s.tally.kept {
+		return s.tally.remediating
+	}
 	n := 0
 	for i := range s.Machines {
 		if s.Machines[i].Remediating {
@@ -378,7 +390,11 @@ func (s *State) remediating() int {
 func (s *State) RemediationCandidates() []string {
 	var out []string
 	room := s.Strategy.RemediationMaxInFlight - s.remediating()
-	for i := range s.Machines {
+	if room <= 0 {
+		return nil
+	}
+	lo, hi := s.Live() // a machine that may be remediated failed: it is out
+	for i := lo; i < hi; i++ {
 		if len(out) >= room {
 			break
 		}

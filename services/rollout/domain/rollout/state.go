@@ -73,6 +73,9 @@ type State struct {
 	// Machines, in rollout order.
 	Machines []MachineState `json:"machines"`
 	index    map[string]int
+	// tally is kept by Apply, so that the rules do not walk every machine
+	// on every decision.
+	tally tally
 
 	Checks       []CheckResult `json:"checks,omitempty"`
 	ChecksPassed bool          `json:"checks_passed,omitempty"`
@@ -158,6 +161,9 @@ func (s *State) Budget() int {
 // Out counts the machines that are out: begun and not yet done or
 // released, failed ones included (their nodes stay cordoned).
 func (s *State) Out() int {
+	if t := &s.tally; t.kept {
+		return t.count(PhaseActive) + t.count(PhaseFailed)
+	}
 	n := 0
 	for i := range s.Machines {
 		if s.Machines[i].Phase.Out() {
@@ -169,6 +175,9 @@ func (s *State) Out() int {
 
 // Halted reports whether a failed machine stops new ones from beginning.
 func (s *State) Halted() bool {
+	if t := &s.tally; t.kept {
+		return t.count(PhaseFailed) > 0
+	}
 	for i := range s.Machines {
 		if s.Machines[i].Phase == PhaseFailed {
 			return true
@@ -179,6 +188,9 @@ func (s *State) Halted() bool {
 
 // Count returns how many machines are in phase p.
 func (s *State) Count(p Phase) int {
+	if t := &s.tally; t.kept {
+		return t.count(p)
+	}
 	n := 0
 	for i := range s.Machines {
 		if s.Machines[i].Phase == p {
@@ -204,7 +216,8 @@ func (s State) Clone() State {
 			m.Blocked = &b
 		}
 	}
-	// index, Checks and Excluded are never mutated in place.
+	// index, Checks and Excluded are never mutated in place; the tally is
+	// a value.
 	return c
 }
 
@@ -283,14 +296,15 @@ func (s *State) Apply(event any) {
 		s.ChecksPassed = checksPassed(e.Results)
 	case MachineBegun:
 		if m, ok := s.Machine(e.Machine); ok && m.Phase == PhaseWaiting {
-			m.Phase, m.BegunAt = PhaseActive, e.At
+			s.setPhase(m, PhaseActive)
+			m.BegunAt = e.At
 		}
 	case StepStarted:
 		m, ok := s.Machine(e.Machine)
 		if !ok || !m.Phase.Out() || m.StepStatus == StepStatusRunning || !e.Step.Valid() {
 			return
 		}
-		m.Phase = PhaseActive
+		s.setPhase(m, PhaseActive)
 		m.Step, m.Attempt, m.StepStatus = e.Step, e.Attempt, StepStatusRunning
 		m.StepStartedAt, m.Deadline, m.Blocked = e.At, e.Deadline, nil
 		switch e.Step {
@@ -329,7 +343,9 @@ func (s *State) Apply(event any) {
 		if m == nil {
 			return
 		}
-		m.Phase, m.StepStatus, m.Remediating = PhaseFailed, StepStatusFailed, false
+		s.setPhase(m, PhaseFailed)
+		s.setRemediating(m, false)
+		m.StepStatus = StepStatusFailed
 		m.Failure = &Failure{Step: e.Step, Attempt: e.Attempt, Reason: e.Reason, TimedOut: e.TimedOut, At: e.At}
 	case StepCancelled:
 		if m := s.running(e.Machine, e.Step, e.Attempt); m != nil {
@@ -342,12 +358,15 @@ func (s *State) Apply(event any) {
 		}
 	case MachineDone:
 		if m, ok := s.Machine(e.Machine); ok && m.Phase == PhaseActive {
-			m.Phase, m.FinishedAt, m.Remediating = PhaseDone, e.At, false
+			s.setPhase(m, PhaseDone)
+			s.setRemediating(m, false)
+			m.FinishedAt = e.At
 			s.LastFinishedAt = e.At
 		}
 	case MachineReleased:
 		if m, ok := s.Machine(e.Machine); ok && m.Phase.Out() {
-			m.Phase, m.FinishedAt = PhaseReleased, e.At
+			s.setPhase(m, PhaseReleased)
+			m.FinishedAt = e.At
 			s.LastFinishedAt = e.At
 		}
 	case Paused:
@@ -366,8 +385,8 @@ func (s *State) Apply(event any) {
 			return
 		}
 		m.Remediations++
-		m.Remediating = true
-		m.Phase = PhaseActive
+		s.setRemediating(m, true)
+		s.setPhase(m, PhaseActive)
 		// The reboot step starts again as its next attempt (a new
 		// instruction id); the machine already runs or half-runs the
 		// target, so the instruction is a reapply.
@@ -386,7 +405,7 @@ func (s *State) Apply(event any) {
 			}
 			for i := range s.Machines {
 				if m := &s.Machines[i]; m.Phase == PhaseFailed {
-					m.Phase = PhaseActive // StepStatus stays failed: the step starts again
+					s.setPhase(m, PhaseActive) // StepStatus stays failed: the step starts again
 				}
 			}
 		}
@@ -421,6 +440,7 @@ func (s *State) start(e Started) {
 		s.index[m.UUID] = len(s.Machines)
 		s.Machines = append(s.Machines, MachineState{Machine: m, Kind: kind, Phase: PhaseWaiting, Node: node})
 	}
+	s.tally = newTally(s.Machines)
 }
 
 func (s *State) finish(outcome Status, reason string, at time.Time) {
@@ -454,25 +474,30 @@ func checksPassed(rs []CheckResult) bool {
 func (s *State) Report() []MachineReport {
 	out := make([]MachineReport, 0, len(s.Machines))
 	for i := range s.Machines {
-		m := &s.Machines[i]
-		r := MachineReport{UUID: m.UUID, Hostname: m.Hostname, Node: m.Node, Rebooted: m.Rebooted}
-		switch m.Phase {
-		case PhaseWaiting:
-			r.Outcome = OutcomeNotStarted
-		case PhaseDone:
-			r.Outcome = OutcomeDone
-		case PhaseReleased:
-			r.Outcome = OutcomeReleased
-		case PhaseFailed:
-			r.Outcome = OutcomeFailed
-			if f := m.Failure; f != nil {
-				r.Step, r.Reason = f.Step, f.Reason
-			}
-		default:
-			r.Outcome = OutcomeInProgress
-			r.Step = m.Step
-		}
-		out = append(out, r)
+		out = append(out, s.Machines[i].Report())
 	}
 	return out
+}
+
+// Report returns the machine's state as the Failed and Aborted events and
+// the Operation view report it.
+func (m *MachineState) Report() MachineReport {
+	r := MachineReport{UUID: m.UUID, Hostname: m.Hostname, Node: m.Node, Rebooted: m.Rebooted}
+	switch m.Phase {
+	case PhaseWaiting:
+		r.Outcome = OutcomeNotStarted
+	case PhaseDone:
+		r.Outcome = OutcomeDone
+	case PhaseReleased:
+		r.Outcome = OutcomeReleased
+	case PhaseFailed:
+		r.Outcome = OutcomeFailed
+		if f := m.Failure; f != nil {
+			r.Step, r.Reason = f.Step, f.Reason
+		}
+	default:
+		r.Outcome = OutcomeInProgress
+		r.Step = m.Step
+	}
+	return r
 }
