@@ -5,49 +5,22 @@ package ports
 import (
 	"context"
 	"errors"
-	"regexp"
 
 	"github.com/anvil-fleet/anvil/libs/events"
 	"github.com/anvil-fleet/anvil/libs/events/command"
 	"github.com/anvil-fleet/anvil/libs/events/errs"
 	"github.com/anvil-fleet/anvil/libs/events/handler"
-	"github.com/anvil-fleet/anvil/libs/fields"
 	revapi "github.com/anvil-fleet/anvil/services/revisions/api"
 	"github.com/anvil-fleet/anvil/services/rollout/api"
 	"github.com/anvil-fleet/anvil/services/rollout/app"
 	"github.com/anvil-fleet/anvil/services/rollout/domain/rollout"
 )
 
-var (
-	idRE   = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
-	uuidRE = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
-)
-
-// checkOrg validates the organization a request names with the rule
-// every service shares (fields.OrgID, the registry's organization id).
-func checkOrg(f *errs.Fields, org string) {
-	if err := fields.OrgID(org); err != nil {
-		f.Add("org", "%v", err)
-	}
-}
-
-func checkRef(f *errs.Fields, org, id string) {
-	checkOrg(f, org)
-	if !idRE.MatchString(id) {
-		f.Add("id", "must be 1-128 letters, digits, '-' or '_'")
-	}
-}
-
 // Register serves api.Subjects on srv.
 func Register(srv *command.Server, a *app.App) error {
 	control := func(subject string, mk func(r api.ControlRequest) rollout.Command) error {
 		return command.Handle(srv, subject, func(ctx context.Context, r api.ControlRequest) (api.Rollout, error) {
-			var f errs.Fields
-			checkRef(&f, r.Org, r.ID)
-			if len(r.Reason) > 1024 {
-				f.Add("reason", "must be at most 1024 characters")
-			}
-			if err := f.Err(); err != nil {
+			if err := app.CheckControl(r.Org, r.ID, r.Reason); err != nil {
 				return api.Rollout{}, err
 			}
 			if r.By == "" {
@@ -62,18 +35,7 @@ func Register(srv *command.Server, a *app.App) error {
 	}
 	return errors.Join(
 		command.Handle(srv, api.SubjectStart, func(ctx context.Context, r api.StartRequest) (api.Rollout, error) {
-			var f errs.Fields
-			checkOrg(&f, r.Org)
-			if r.Machine != "" && !uuidRE.MatchString(r.Machine) {
-				f.Add("machine", "must be a lowercase canonical SMBIOS UUID")
-			}
-			if r.After != "" && !idRE.MatchString(r.After) {
-				f.Add("after", "must be a rollout id")
-			}
-			if r.ID != "" && !idRE.MatchString(r.ID) {
-				f.Add("id", "must be 1-128 letters, digits, '-' or '_'")
-			}
-			if err := f.Err(); err != nil {
+			if err := app.CheckStart(r.Org, r.Machine, r.After, r.ID); err != nil {
 				return api.Rollout{}, err
 			}
 			if r.RequestedBy == "" {
@@ -86,16 +48,14 @@ func Register(srv *command.Server, a *app.App) error {
 			return get(ctx, a, r.Org, id, "", v)
 		}),
 		command.Handle(srv, api.SubjectGet, func(ctx context.Context, r api.GetRequest) (api.Rollout, error) {
-			var f errs.Fields
-			checkRef(&f, r.Org, r.ID)
-			if err := f.Err(); err != nil {
+			if err := app.CheckRef(r.Org, r.ID); err != nil {
 				return api.Rollout{}, err
 			}
 			return get(ctx, a, r.Org, r.ID, r.At, r.MinVersion)
 		}),
 		command.Handle(srv, api.SubjectList, func(ctx context.Context, r api.ListRequest) (api.RolloutList, error) {
-			if err := fields.OrgID(r.Org); err != nil {
-				return api.RolloutList{}, errs.Invalid("org", "%v", err)
+			if err := app.CheckOrg(r.Org); err != nil {
+				return api.RolloutList{}, err
 			}
 			vs, next, err := a.ListRollouts(r.Org, app.ListFilter{Pool: r.Pool, Status: r.Status, Cursor: r.Cursor, Limit: r.Limit})
 			if err != nil {

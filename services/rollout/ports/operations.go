@@ -10,7 +10,6 @@ import (
 
 	"github.com/anvil-fleet/anvil/libs/events/command"
 	"github.com/anvil-fleet/anvil/libs/events/errs"
-	"github.com/anvil-fleet/anvil/libs/fields"
 	"github.com/anvil-fleet/anvil/services/rollout/api"
 	"github.com/anvil-fleet/anvil/services/rollout/app"
 	"github.com/anvil-fleet/anvil/services/rollout/domain/machineop"
@@ -20,9 +19,7 @@ import (
 func registerOperations(srv *command.Server, a *app.App) error {
 	return errors.Join(
 		command.Handle(srv, api.SubjectOperationGet, func(ctx context.Context, r api.GetRequest) (api.Operation, error) {
-			var f errs.Fields
-			checkRef(&f, r.Org, r.ID)
-			if err := f.Err(); err != nil {
+			if err := app.CheckRef(r.Org, r.ID); err != nil {
 				return api.Operation{}, err
 			}
 			if op, ok := machineOperation(a, r.Org, r.ID); ok {
@@ -35,8 +32,8 @@ func registerOperations(srv *command.Server, a *app.App) error {
 			return operationOf(v, true), nil
 		}),
 		command.Handle(srv, api.SubjectOperationList, func(ctx context.Context, r api.ListRequest) (api.OperationList, error) {
-			if err := fields.OrgID(r.Org); err != nil {
-				return api.OperationList{}, errs.Invalid("org", "%v", err)
+			if err := app.CheckOrg(r.Org); err != nil {
+				return api.OperationList{}, err
 			}
 			if r.Kind == "" {
 				return listAllOperations(a, r)
@@ -55,18 +52,7 @@ func registerOperations(srv *command.Server, a *app.App) error {
 			return out, nil
 		}),
 		command.Handle(srv, api.SubjectOperationLog, func(ctx context.Context, r api.LogRequest) (api.LogPage, error) {
-			var f errs.Fields
-			checkRef(&f, r.Org, r.ID)
-			if r.After < 0 {
-				f.Add("after", "must be 0 or more")
-			}
-			if r.Limit < 0 || r.Limit > 1000 {
-				f.Add("limit", "must be between 1 and 1000")
-			}
-			if r.Wait < 0 || r.Wait > api.MaxLogWait {
-				f.Add("wait", "must be between 0 and %s", api.MaxLogWait)
-			}
-			if err := f.Err(); err != nil {
+			if err := app.CheckLogPage(r.Org, r.ID, r.After, r.Limit, r.Wait, api.MaxLogWait); err != nil {
 				return api.LogPage{}, err
 			}
 			if page, ok := machineOperationLog(ctx, a, r); ok {

@@ -4,6 +4,7 @@ import (
 	"sync"
 
 	"github.com/anvil-fleet/anvil/libs/events"
+	"github.com/anvil-fleet/anvil/libs/events/projection"
 	"github.com/anvil-fleet/anvil/services/rollout/app"
 	"github.com/anvil-fleet/anvil/services/rollout/domain/machineop"
 )
@@ -14,10 +15,10 @@ type Operations struct {
 	// OnChange is called after an event was applied (created: its first).
 	OnChange func(org, id string, created bool)
 
-	mu         sync.RWMutex
-	checkpoint uint64
-	byKey      map[string]*opEntry
-	order      []*opEntry
+	projection.Position
+	mu    sync.RWMutex
+	byKey map[string]*opEntry
+	order []*opEntry
 }
 
 type opEntry struct {
@@ -46,7 +47,7 @@ func (m *Operations) Apply(env *events.Envelope, payload any) error {
 	if ok || created {
 		e.version = env.Sequence
 	}
-	m.checkpoint = env.Sequence
+	m.SetCheckpoint(env.Sequence)
 	m.mu.Unlock()
 	if (ok || created) && m.OnChange != nil {
 		m.OnChange(env.Org, env.AggregateID, created)
@@ -54,25 +55,12 @@ func (m *Operations) Apply(env *events.Envelope, payload any) error {
 	return nil
 }
 
-// Skip implements projection.Model.
-func (m *Operations) Skip(seq uint64) {
-	m.mu.Lock()
-	m.checkpoint = seq
-	m.mu.Unlock()
-}
-
-// Checkpoint implements projection.Model.
-func (m *Operations) Checkpoint() uint64 {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	return m.checkpoint
-}
-
 // Reset implements projection.Model.
 func (m *Operations) Reset() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.checkpoint, m.byKey, m.order = 0, map[string]*opEntry{}, nil
+	m.byKey, m.order = map[string]*opEntry{}, nil
+	m.SetCheckpoint(0)
 }
 
 func (e *opEntry) snapshot() app.OperationSnapshot {

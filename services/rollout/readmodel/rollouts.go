@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/anvil-fleet/anvil/libs/events"
+	"github.com/anvil-fleet/anvil/libs/events/projection"
 	"github.com/anvil-fleet/anvil/services/rollout/app"
 	"github.com/anvil-fleet/anvil/services/rollout/domain/operation"
 	"github.com/anvil-fleet/anvil/services/rollout/domain/plan"
@@ -31,10 +32,10 @@ type Rollouts struct {
 	// at (nil: time.Now).
 	Now func() time.Time
 
-	mu         sync.RWMutex
-	checkpoint uint64
-	byKey      map[string]*entry
-	order      []*entry // oldest first
+	projection.Position
+	mu    sync.RWMutex
+	byKey map[string]*entry
+	order []*entry // oldest first
 }
 
 type entry struct {
@@ -67,7 +68,7 @@ func (m *Rollouts) Apply(env *events.Envelope, payload any) error {
 		e.version = env.Sequence
 		e.at = events.Envelope{Time: env.Time}
 	}
-	m.checkpoint = env.Sequence
+	m.SetCheckpoint(env.Sequence)
 	active := e.view.ID != "" && !e.view.Over()
 	m.mu.Unlock()
 	if (ok || created) && m.OnChange != nil {
@@ -76,25 +77,12 @@ func (m *Rollouts) Apply(env *events.Envelope, payload any) error {
 	return nil
 }
 
-// Skip implements projection.Model.
-func (m *Rollouts) Skip(seq uint64) {
-	m.mu.Lock()
-	m.checkpoint = seq
-	m.mu.Unlock()
-}
-
-// Checkpoint implements projection.Model.
-func (m *Rollouts) Checkpoint() uint64 {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	return m.checkpoint
-}
-
 // Reset implements projection.Model.
 func (m *Rollouts) Reset() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.checkpoint, m.byKey, m.order = 0, map[string]*entry{}, nil
+	m.byKey, m.order = map[string]*entry{}, nil
+	m.SetCheckpoint(0)
 }
 
 // Get implements app.Rollouts.
