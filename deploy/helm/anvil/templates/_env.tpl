@@ -5,6 +5,7 @@ default. Every name here is read by the service's RegisterFlags. */}}
 {{- $c := .Values.registry }}
 {{- include "anvil.optEnv" (dict "name" "ANVIL_REGISTRY_OFFLINE_AFTER" "value" $c.offlineAfter) }}
 {{- include "anvil.optEnv" (dict "name" "ANVIL_REGISTRY_OFFLINE_SWEEP_INTERVAL" "value" $c.offlineSweepInterval) }}
+{{- include "anvil.optEnv" (dict "name" "ANVIL_REGISTRY_SNAPSHOT_EVERY" "value" $c.snapshotEvery) }}
 {{- end -}}
 
 {{- define "anvil.env.revisions" -}}
@@ -29,6 +30,8 @@ default. Every name here is read by the service's RegisterFlags. */}}
 {{- include "anvil.optEnv" (dict "name" "ANVIL_ROLLOUT_LEASE_TTL" "value" $c.leaseTTL) }}
 {{- include "anvil.optEnv" (dict "name" "ANVIL_ROLLOUT_POLL" "value" $c.poll) }}
 {{- include "anvil.optEnv" (dict "name" "ANVIL_ROLLOUT_REPLAN" "value" $c.replan) }}
+{{- include "anvil.optEnv" (dict "name" "ANVIL_ROLLOUT_KUBE_QPS" "value" $c.kubeQPS) }}
+{{- include "anvil.optEnv" (dict "name" "ANVIL_ROLLOUT_KUBE_BURST" "value" $c.kubeBurst) }}
 {{- end -}}
 
 {{- define "anvil.env.boot" -}}
@@ -54,6 +57,8 @@ default. Every name here is read by the service's RegisterFlags. */}}
 {{- include "anvil.optEnv" (dict "name" "ANVIL_BOOT_IGNITION_CACHE_TTL" "value" $c.ignitionCacheTTL) }}
 {{- include "anvil.optEnv" (dict "name" "ANVIL_BOOT_INSTRUCTION_TTL" "value" $c.instructionTTL) }}
 {{- include "anvil.optEnv" (dict "name" "ANVIL_BOOT_PREPARE_WORKERS" "value" (int $c.prepareWorkers)) }}
+{{- include "anvil.optEnv" (dict "name" "ANVIL_BOOT_IPXE_KNOWN_TTL" "value" $c.ipxeKnownTTL) }}
+{{- include "anvil.optEnv" (dict "name" "ANVIL_BOOT_IPXE_REPORT_INTERVAL" "value" $c.ipxeReportInterval) }}
 {{- if $c.tls.enabled }}
 - name: ANVIL_BOOT_TLS_ADDR
   value: ":8443"
