@@ -137,10 +137,10 @@ func (d *batchDriver) run() {
 	for active > 0 {
 		select {
 		case w := <-d.answers:
-			if w.inFlight != nil {
-				w.inFlight.release() // answered, the message is the store's again
-				w.inFlight = nil
-			}
+			// Not back to the pool: nats.go may still read an
+			// asynchronous message (a retry after no responders) after
+			// its answer or error was delivered.
+			w.inFlight = nil
 			if !w.settled && wrongLastSequence(w.err) {
 				// Settling a version mismatch looks the event up in the
 				// log, which takes a round trip or more: off the driver,
@@ -217,7 +217,7 @@ func (d *batchDriver) publish(w *aggregateWriter) bool {
 		w.op.settle(nil, ctx.Err())
 		return false
 	}
-	out := outgoingPool.Get().(*outgoing)
+	out := &outgoing{header: make(nats.Header, 12)} // never pooled: see run
 	w.op.fill(&out.msg, headerBuilder{header: out.header, values: out.values[:0]})
 	w.inFlight, w.ack, w.err = out, nil, nil
 	d.p.mu.Lock()
@@ -225,7 +225,6 @@ func (d *batchDriver) publish(w *aggregateWriter) bool {
 	d.p.mu.Unlock()
 	if _, err := d.p.js.PublishMsgAsync(&out.msg); err != nil {
 		d.p.unsent(&out.msg)
-		out.release()
 		w.inFlight = nil
 		w.op.settle(nil, err)
 		return false

@@ -459,7 +459,7 @@ func (r *Runner) snapshotAtStop(ctx context.Context) {
 // already covers its checkpoint. The runner writes them by itself (see
 // Config.SnapshotEvery, and when it stops); this is for a caller that
 // knows better. It fails if the runner takes no snapshots.
-func (r *Runner) WriteSnapshot(ctx context.Context) error {
+func (r *Runner) WriteSnapshot(ctx context.Context) (err error) {
 	if r.snap == nil {
 		return errors.New("projection " + r.cfg.Name + " takes no snapshots")
 	}
@@ -473,7 +473,14 @@ func (r *Runner) WriteSnapshot(ctx context.Context) error {
 		return nil
 	}
 	start := time.Now()
-	r.snap.since.Store(0)
+	// A write that fails leaves its events counted, so that the next
+	// event tries again instead of a whole period later.
+	taken := r.snap.since.Swap(0)
+	defer func() {
+		if err != nil {
+			r.snap.since.Add(taken)
+		}
+	}()
 	// The stream's identity is read before the model: the snapshot may
 	// then be older than the stream's state, never newer.
 	stream, err := r.js.Stream(ctx, events.StreamName)

@@ -112,7 +112,6 @@ func TestBackgroundFailureStopsTheServiceInOrder(t *testing.T) {
 	rt := startRuntime(t, env, reg)
 	// A projection that never catches up: CatchUp can end only by the failure.
 	held := &gatedModel{gate: make(chan struct{})}
-	defer close(held.gate)
 	rt.Project(projection.NewRunner(projection.Config{Name: "things", Filter: events.Filter{AggregateType: "thing"}}, rt.JS, reg, held, rt.Poison, rt.Log))
 
 	var mu sync.Mutex
@@ -136,6 +135,9 @@ func TestBackgroundFailureStopsTheServiceInOrder(t *testing.T) {
 	if <-caughtUp {
 		t.Fatal("CatchUp reported caught up, want a stop: the projection never caught up and background work failed")
 	}
+	// Let the held projection go, so that it can see the stop (an Apply
+	// in progress does not watch the context).
+	close(held.gate)
 	err := rt.Wait(context.Background())
 	if !errors.Is(err, boom) || !strings.Contains(err.Error(), "things: loop stopped") {
 		t.Fatalf("Wait = %v, want the loop's failure, named", err)

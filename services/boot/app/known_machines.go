@@ -177,6 +177,11 @@ func (k *KnownMachines) Forget(org, uuid string, seq uint64) {
 	ref := machineRef{org, uuid}
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	if seq == 0 {
+		// No sequence to hold answers back with: an answer the registry
+		// gave before this (a ticket taken earlier) must not be kept.
+		k.gen++
+	}
 	if seq > k.floors[ref] {
 		if len(k.floors) >= k.max {
 			k.resetLocked()
@@ -250,6 +255,17 @@ func (k *KnownMachines) due(now time.Time) []regapi.SelfRegister {
 	return out
 }
 
+// requeue puts back a boot whose report failed, unless the machine has
+// booted again meanwhile (the newer boot is queued and carries more).
+func (k *KnownMachines) requeue(r regapi.SelfRegister) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if _, newer := k.pending[r.UUID]; !newer {
+		k.pending[r.UUID] = r
+		bootReportsPending.Inc()
+	}
+}
+
 // Pending is the number of boots waiting to be reported.
 func (k *KnownMachines) Pending() int {
 	k.mu.Lock()
@@ -263,7 +279,7 @@ const reportWorkers = 4
 
 // Run reports the boots answered from memory to the registry until ctx
 // ends, then reports what is still queued (best effort, briefly).
-func (k *KnownMachines) Run(ctx context.Context, reg Registry, log interface {
+func (k *KnownMachines) Run(ctx context.Context, reg Registry, now func() time.Time, log interface {
 	DebugContext(context.Context, string, ...any)
 }) {
 	tick := time.NewTicker(max(k.reportEvery/4, 10*time.Millisecond))
@@ -272,13 +288,13 @@ func (k *KnownMachines) Run(ctx context.Context, reg Registry, log interface {
 		select {
 		case <-ctx.Done():
 			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			k.report(fctx, reg, log, k.drain())
+			k.report(fctx, reg, now, log, k.drain())
 			cancel()
 			return
 		case <-tick.C:
 		case <-k.wake:
 		}
-		k.report(ctx, reg, log, k.due(time.Now()))
+		k.report(ctx, reg, now, log, k.due(now()))
 	}
 }
 
@@ -294,7 +310,7 @@ func (k *KnownMachines) drain() []regapi.SelfRegister {
 	return out
 }
 
-func (k *KnownMachines) report(ctx context.Context, reg Registry, log interface {
+func (k *KnownMachines) report(ctx context.Context, reg Registry, now func() time.Time, log interface {
 	DebugContext(context.Context, string, ...any)
 }, boots []regapi.SelfRegister) {
 	if len(boots) == 0 {
@@ -310,14 +326,17 @@ func (k *KnownMachines) report(ctx context.Context, reg Registry, log interface 
 				switch {
 				case err == nil && waitReason(reply.Machine) == "":
 					bootReports.WithLabelValues("sent").Inc()
-					k.Remember(t, r, reply.MachineReply, time.Now())
+					k.Remember(t, r, reply.MachineReply, now())
 				case err == nil || !errs.Is(err, errs.KindUnavailable):
 					// It waits now, or was refused: its next boot asks.
 					bootReports.WithLabelValues("refused").Inc()
 					k.forgetKey(r)
 				default:
+					// The registry is away: the boot is reported with the
+					// next round, unless a newer one takes its place.
 					bootReports.WithLabelValues("failed").Inc()
-					log.DebugContext(ctx, "iPXE boot not reported to the registry", "uuid", r.UUID, "err", err)
+					log.DebugContext(ctx, "iPXE boot not reported to the registry yet", "uuid", r.UUID, "err", err)
+					k.requeue(r)
 				}
 			}
 		})

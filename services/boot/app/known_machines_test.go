@@ -129,20 +129,67 @@ func TestKnownMachinesReportLatestBootOncePerInterval(t *testing.T) {
 	if len(due) != 1 || !due[0].At.Equal(knownT0.Add(3*time.Second)) {
 		t.Fatalf("due %v, want the latest boot only", due)
 	}
-	k.report(context.Background(), reg, nop, due)
+	reportedAt := knownT0.Add(10 * time.Second)
+	clock := func() time.Time { return reportedAt }
+	k.report(context.Background(), reg, clock, nop, due)
 	if len(reg.calls) != 1 || k.Len() != 1 {
 		t.Fatalf("calls %v, known %d", reg.calls, k.Len())
 	}
 	// A refusal forgets the machine: its next boot asks.
-	if _, ok := k.Boot(bootOf(u), time.Now()); !ok {
+	if _, ok := k.Boot(bootOf(u), reportedAt.Add(time.Second)); !ok {
 		t.Fatal("the report's answer was not kept")
 	}
 	reg.reply = func(regapi.SelfRegister) (regapi.SelfRegisterReply, error) {
 		return regapi.SelfRegisterReply{}, errs.Forbidden("token revoked")
 	}
-	k.report(context.Background(), reg, nop, k.drain())
+	k.report(context.Background(), reg, clock, nop, k.drain())
 	if k.Len() != 0 || k.Pending() != 0 {
 		t.Fatalf("known %d, pending %d after a refusal", k.Len(), k.Pending())
+	}
+}
+
+// A boot whose report failed because the registry is away is reported
+// with the next round, not lost; a newer boot queued meanwhile wins.
+func TestKnownMachinesRequeueFailedReports(t *testing.T) {
+	const u = "4c4c4544-0035-4b10-8056-000000000003"
+	k := NewKnownMachines(time.Hour, 10*time.Second)
+	k.Remember(k.Ticket(), bootOf(u), booting(u, 5), knownT0)
+	first := bootOf(u)
+	first.At = knownT0.Add(time.Second)
+	if _, ok := k.Boot(first, first.At); !ok {
+		t.Fatal("not known")
+	}
+	reg := &stubRegistry{reply: func(regapi.SelfRegister) (regapi.SelfRegisterReply, error) {
+		return regapi.SelfRegisterReply{}, errs.Unavailable("the registry does not answer")
+	}}
+	clock := func() time.Time { return knownT0.Add(20 * time.Second) }
+	k.report(context.Background(), reg, clock, discardLog{}, k.drain())
+	if k.Pending() != 1 {
+		t.Fatalf("pending %d after a failed report, want the boot queued again", k.Pending())
+	}
+	// A newer boot replaces it; a failure of the older one does not undo that.
+	newer := bootOf(u)
+	newer.At = knownT0.Add(2 * time.Second)
+	if _, ok := k.Boot(newer, newer.At); !ok {
+		t.Fatal("not known")
+	}
+	k.requeue(first)
+	got := k.drain()
+	if len(got) != 1 || !got[0].At.Equal(newer.At) {
+		t.Fatalf("queued %v, want the newer boot only", got)
+	}
+}
+
+// An event the boot service saw itself (no sequence) also voids answers
+// the registry gave before it: a ticket taken earlier keeps nothing.
+func TestKnownMachinesForgetWithoutSequenceVoidsTickets(t *testing.T) {
+	const u = "4c4c4544-0035-4b10-8056-000000000004"
+	k := NewKnownMachines(time.Hour, 10*time.Second)
+	ticket := k.Ticket()
+	k.Forget("acme", u, 0)
+	k.Remember(ticket, bootOf(u), booting(u, 5), knownT0)
+	if k.Len() != 0 {
+		t.Fatal("an answer given before the instruction was kept")
 	}
 }
 

@@ -95,9 +95,13 @@ func (l *LastIgnitions) Run(ctx context.Context, a *App) {
 				case <-ctx.Done():
 					return
 				case <-l.wake:
-					select { // let another worker take part
-					case l.wake <- struct{}{}:
-					default:
+					// Pass the wake-up on only while work is queued: passing
+					// it on unconditionally kept the workers spinning.
+					if l.Pending() > 0 {
+						select {
+						case l.wake <- struct{}{}:
+						default:
+						}
 					}
 				}
 			}

@@ -145,13 +145,10 @@ func bootStorm(b *testing.B, prepare bool) {
 		// renders their Ignition ahead (when prepare is on).
 		var prepared time.Duration
 		if prepare {
-			deadline := time.Now().Add(10 * time.Minute)
-			for s.boot.Cache.Len() < n || s.boot.Preparer.Pending() > 0 {
-				if time.Now().After(deadline) {
-					b.Fatalf("only %d of %d machine revisions rendered ahead", s.boot.Cache.Len(), n)
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
+			eventstest.Eventually(b, "every machine revision rendered ahead", 10*time.Minute, 50*time.Millisecond, func() (bool, string) {
+				return s.boot.Cache.Len() >= n && s.boot.Preparer.Pending() == 0,
+					fmt.Sprintf("%d of %d rendered, %d pending", s.boot.Cache.Len(), n, s.boot.Preparer.Pending())
+			})
 			prepared = time.Since(setupStart)
 		}
 		b.StartTimer()

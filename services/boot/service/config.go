@@ -108,7 +108,8 @@ type Config struct {
 	// disables). --prepare-workers / ANVIL_BOOT_PREPARE_WORKERS.
 	PrepareWorkers int
 	// IPXEKnownTTL is how long /ipxe answers a machine that booted before
-	// from memory, without asking the registry (0 or less: always ask).
+	// from memory, without asking the registry (0: the default, 10m;
+	// negative: always ask).
 	// --ipxe-known-ttl / ANVIL_BOOT_IPXE_KNOWN_TTL.
 	IPXEKnownTTL time.Duration
 	// IPXEReportInterval spaces the reports of boots answered from memory

@@ -129,13 +129,17 @@ func Start(ctx context.Context, cfg Config, o svc.Options, h Hooks) error {
 	}
 	if cfg.AssetsDir != "" {
 		a.Assets = s.Assets
-		rt.Go("assets index", func(ctx context.Context) error { indexAssets(ctx, s.Assets, cfg, log); return nil })
+		rt.Go("assets index", func(ctx context.Context) error { return indexAssets(ctx, s.Assets, cfg, log) })
 	} else {
 		log.Warn("no --assets-dir / ANVIL_BOOT_ASSETS_DIR: this boot service serves no agent binary and no Kubernetes sysext and does not answer cmd.boot.assets.resolve, so no pool revision can be saved unless another replica has them; `make assets` builds the agent (see docs/boot.md)")
 	}
 	if cfg.IPXEKnownTTL > 0 {
 		a.Known = app.NewKnownMachines(cfg.IPXEKnownTTL, cfg.IPXEReportInterval)
-		rt.Go("iPXE boot reports", func(ctx context.Context) error { a.Known.Run(ctx, a.Registry, log); return nil })
+		now := h.Now
+		if now == nil {
+			now = time.Now
+		}
+		rt.Go("iPXE boot reports", func(ctx context.Context) error { a.Known.Run(ctx, a.Registry, now, log); return nil })
 		rt.Go("known machines", func(ctx context.Context) error { adapters.FollowKnownMachines(ctx, rt.JS, a.Known, log); return nil })
 	}
 	a.LastIgnitions = app.NewLastIgnitions()
@@ -278,13 +282,15 @@ func newAssetIndex(cfg Config, log *slog.Logger, onChange func(string)) *adapter
 
 // indexAssets hashes what the assets directory holds, says what machines
 // will find (and what they will not), then rescans it now and then.
-func indexAssets(ctx context.Context, x *adapters.AssetIndex, cfg Config, log *slog.Logger) {
+// A first scan that fails stops the service (it would serve no asset and
+// never look again) rather than leave it ready.
+func indexAssets(ctx context.Context, x *adapters.AssetIndex, cfg Config, log *slog.Logger) error {
 	found, ignored, err := x.Scan(ctx)
 	if err != nil {
-		if ctx.Err() == nil {
-			log.Error("indexing the assets directory failed", "dir", cfg.AssetsDir, "err", err)
+		if ctx.Err() != nil {
+			return nil
 		}
-		return
+		return fmt.Errorf("indexing the assets directory %s: %w", cfg.AssetsDir, err)
 	}
 	var agents, sysexts []string
 	flatcar := 0
@@ -313,4 +319,5 @@ func indexAssets(ctx context.Context, x *adapters.AssetIndex, cfg Config, log *s
 			"want", filepath.Join(cfg.AssetsDir, api.SysextDir, "kubernetes-v<x.y.z>-x86-64.raw"))
 	}
 	x.Watch(ctx, assetRescan)
+	return nil
 }

@@ -67,23 +67,19 @@ func loadMachines(b *testing.B, s *stack, org string, n int) {
 		b.Fatal("publishes not acknowledged")
 	}
 	published := time.Since(t0)
-	deadline := time.Now().Add(5 * time.Minute)
-	for {
-		if s.reg.Machines.Lag() == 0 {
-			req, _ := http.NewRequest("GET", s.base+"/api/v1/orgs/"+org+"/machines/"+uuidN(n-1), nil)
-			req.Header.Set("Authorization", "Bearer "+adminToken)
-			if res, err := http.DefaultClient.Do(req); err == nil {
-				res.Body.Close()
-				if res.StatusCode == 200 {
-					break
-				}
-			}
+	eventstest.Eventually(b, "the registry's read model caught up", 5*time.Minute, 20*time.Millisecond, func() (bool, string) {
+		if lag := s.reg.Machines.Lag(); lag != 0 {
+			return false, fmt.Sprintf("%d events behind", lag)
 		}
-		if time.Now().After(deadline) {
-			b.Fatal("the registry's read model did not catch up")
+		req, _ := http.NewRequest("GET", s.base+"/api/v1/orgs/"+org+"/machines/"+uuidN(n-1), nil)
+		req.Header.Set("Authorization", "Bearer "+adminToken)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false, err.Error()
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		res.Body.Close()
+		return res.StatusCode == 200, res.Status
+	})
 	projected := time.Since(t0)
 	// The other services (boot, revisions) follow the same events: the
 	// reads are measured once every consumer of the log has caught up, so
@@ -92,18 +88,13 @@ func loadMachines(b *testing.B, s *stack, org string, n int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	for pending := -1; pending != 0; {
-		pending = 0
+	eventstest.Eventually(b, "every consumer of the log caught up", 5*time.Minute, 50*time.Millisecond, func() (bool, string) {
+		pending := 0
 		for ci := range st.ListConsumers(ctx).Info() {
 			pending += int(ci.NumPending) + ci.NumAckPending
 		}
-		if time.Now().After(deadline) {
-			b.Fatalf("the services' consumers did not catch up (%d events pending)", pending)
-		}
-		if pending > 0 {
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
+		return pending == 0, fmt.Sprintf("%d events pending", pending)
+	})
 	b.Logf("loaded %d machines: published in %s, projected after %s, every consumer caught up after %s",
 		n, published.Round(time.Millisecond), projected.Round(time.Millisecond), time.Since(t0).Round(time.Millisecond))
 }

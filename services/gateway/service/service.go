@@ -22,6 +22,10 @@ import (
 // Name is the service's name in logs, metrics and NATS queue groups.
 const Name = "gateway"
 
+// shutdownGrace is how long requests in flight may take once the gateway
+// stops.
+const shutdownGrace = 10 * time.Second
+
 // DefaultTokenCacheTTL is --token-cache-ttl's default.
 const DefaultTokenCacheTTL = 5 * time.Second
 
@@ -70,6 +74,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 // Validate checks the parsed settings; errors name the flag and variable.
 func (c *Config) Validate() error {
 	var errs []error
+	if c.AdminTokenHash != "" && !isSHA256Hex(c.AdminTokenHash) {
+		errs = append(errs, fmt.Errorf("--admin-token-hash (env ANVIL_ADMIN_TOKEN_HASH): must be 64 lowercase hex digits, the SHA-256 of the token (as `printf %%s \"$TOKEN\" | sha256sum | cut -d' ' -f1` prints it)"))
+	}
 	if err := svc.CheckListenAddr(c.Listen); err != nil {
 		errs = append(errs, fmt.Errorf("--listen (env ANVIL_GATEWAY_ADDR) = %q: %v", c.Listen, err))
 	}
@@ -83,6 +90,20 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("--console-session-ttl (env ANVIL_CONSOLE_SESSION_TTL) = %s: must be positive", c.ConsoleSessionTTL))
 	}
 	return errors.Join(c.Config.Validate(), errors.Join(errs...))
+}
+
+// isSHA256Hex says whether s is a SHA-256 as the gateway compares it: 64
+// lowercase hex digits (anything else would never match a token).
+func isSHA256Hex(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for _, c := range s {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 func hashOf(token string) string {
@@ -142,7 +163,16 @@ func Start(ctx context.Context, cfg Config, o svc.Options, h Hooks) error {
 	if err != nil {
 		return err
 	}
-	rt.OnStop(func() { _ = srv.Shutdown(context.WithoutCancel(ctx)) })
+	rt.OnStop(func() {
+		// Requests in flight get a while to finish; open streams (an
+		// operation's log over SSE) end only with their operation, so they
+		// are cut when that while is over.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownGrace)
+		defer cancel()
+		if srv.Shutdown(sctx) != nil {
+			_ = srv.Close()
+		}
+	})
 	// Every route but /version and the console's static pages is a call
 	// to one of these: the gateway is ready only while they are.
 	rt.DependsOn("registry", "revisions", "rollout")

@@ -230,11 +230,14 @@ func NewTemplates(max int) *Templates {
 	return &Templates{max: max, items: map[string]*Template{}}
 }
 
-// Render renders in through its pool revision's template.
+// Render renders in through its pool revision's template. When no
+// template can be made of it, the full render (what a template stands for)
+// answers: it gives the machine its config, or the refusal that names
+// what is wrong.
 func (ts *Templates) Render(in Input) ([]byte, error) {
 	t, err := ts.Template(in)
 	if err != nil {
-		return nil, err
+		return Render(in)
 	}
 	return t.Specialise(in.Machine)
 }
