@@ -106,16 +106,9 @@ func NewHTTP(a *app.App, o HTTPOptions) http.Handler {
 			}
 			return r.Method + " " + r.URL.Path
 		}))
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		// The iPXE scripts are what a whole rack asks at once, mostly
-		// answered from memory: they are counted and logged, but not
-		// traced, since a span per script costs more than the answer.
-		if r.URL.Path == "/ipxe" || r.URL.Path == "/boot.ipxe" {
-			served.ServeHTTP(w, r)
-			return
-		}
-		traced.ServeHTTP(w, r)
-	})
+	// Every request is served in a span, the iPXE scripts included: a
+	// boot that registers a machine is traced from firmware to registry.
+	return traced
 }
 
 // ---- iPXE ----
