@@ -69,6 +69,12 @@ func (r Revisions) Pool(ctx context.Context, org, pool string) (revapi.Pool, err
 	return revapi.GetPool(ctx, r.NC, revapi.GetPoolRequest{Org: org, Name: pool})
 }
 
+// PoolAfter reads a pool once the revisions service has applied sequence
+// minVersion.
+func (r Revisions) PoolAfter(ctx context.Context, org, pool string, minVersion uint64) (revapi.Pool, error) {
+	return revapi.GetPool(ctx, r.NC, revapi.GetPoolRequest{Org: org, Name: pool, MinVersion: minVersion})
+}
+
 // PoolAt reads a pool as of stream sequence seq.
 func (r Revisions) PoolAt(ctx context.Context, org, pool string, seq uint64) (revapi.Pool, error) {
 	return revapi.GetPool(ctx, r.NC, revapi.GetPoolRequest{Org: org, Name: pool, At: strconv.FormatUint(seq, 10)})

@@ -44,6 +44,9 @@ type Registry interface {
 // Revisions is what the service needs of the revisions service.
 type Revisions interface {
 	Pool(ctx context.Context, org, pool string) (revapi.Pool, error)
+	// PoolAfter reads the pool once the revisions service's read model has
+	// applied stream sequence minVersion (a write just made elsewhere).
+	PoolAfter(ctx context.Context, org, pool string, minVersion uint64) (revapi.Pool, error)
 	// PoolAt reads the pool as of stream sequence seq (rebuilt from the log).
 	PoolAt(ctx context.Context, org, pool string, seq uint64) (revapi.Pool, error)
 	Revision(ctx context.Context, org, pool string, n int) (revapi.Revision, error)

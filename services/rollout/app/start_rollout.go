@@ -260,7 +260,14 @@ func (a *App) StartRequested(ctx context.Context, org, poolName string, revision
 	if err := f.Err(); err != nil {
 		return "", 0, err
 	}
-	p, err := a.Revisions.Pool(ctx, org, poolName)
+	// "The latest revision" is the latest in the log now, not the latest
+	// the revisions service's read model has applied: a rollout started
+	// right after a pool was saved takes the revision just saved.
+	head, err := a.Store.Head(ctx)
+	if err != nil {
+		return "", 0, errs.Unavailable("reading the event log's head: %v", err)
+	}
+	p, err := a.Revisions.PoolAfter(ctx, org, poolName, head)
 	if err != nil {
 		return "", 0, err
 	}
