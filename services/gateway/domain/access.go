@@ -4,22 +4,25 @@ package domain
 
 import (
 	"github.com/anvil-fleet/anvil/libs/events/errs"
+	regapi "github.com/anvil-fleet/anvil/services/registry/api"
 )
 
-// Role is an API token's role. Each includes the ones before it.
-type Role string
+// Role is an API token's role, as the registry issues it, plus the
+// bootstrap admin's. Each includes the ones before it.
+type Role = regapi.Role
 
 const (
 	RoleNone     Role = ""
-	RoleViewer   Role = "viewer"   // read
-	RoleOperator Role = "operator" // + machines, rollouts, operations
-	RoleAdmin    Role = "admin"    // + tokens, clusters, pools
+	RoleViewer        = regapi.RoleViewer   // read
+	RoleOperator      = regapi.RoleOperator // + machines, rollouts, operations
+	RoleAdmin         = regapi.RoleAdmin    // + tokens, clusters, pools
 	// RolePlatform is the bootstrap admin's: every organization, and
-	// creating organizations.
+	// creating organizations. No token the registry issues has it.
 	RolePlatform Role = "platform"
 )
 
-func (r Role) rank() int {
+// rank orders the roles: each includes the ones ranked below it.
+func rank(r Role) int {
 	switch r {
 	case RoleViewer:
 		return 1
@@ -65,7 +68,7 @@ func Authorize(p Principal, org string, min Role) error {
 	if org != "" && org != p.Org {
 		return errs.NotFound("organization %q does not exist", org)
 	}
-	if p.Role.rank() < min.rank() {
+	if rank(p.Role) < rank(min) {
 		return errs.Forbidden("this needs the %s role; the token has %s", min, p.Role)
 	}
 	return nil

@@ -254,7 +254,7 @@ func (h *handler) principal(r *http.Request) (domain.Principal, error) {
 		}
 		return domain.Principal{}, errs.Unauthorized("the token is not valid")
 	}
-	pr := domain.Principal{Org: p.Org, TokenID: p.TokenID, Name: p.Name, Role: domain.Role(p.Role)}
+	pr := domain.Principal{Org: p.Org, TokenID: p.TokenID, Name: p.Name, Role: p.Role}
 	h.tokens.put(sum, pr)
 	return pr, nil
 }
