@@ -118,6 +118,19 @@ func As(err error) *Error {
 	return &Error{Kind: KindInternal, Message: err.Error()}
 }
 
+// FieldNames lists the fields err refuses, in order (nil for nil or for
+// an error that names no field): what a test of a validation compares.
+func FieldNames(err error) []string {
+	if err == nil {
+		return nil
+	}
+	var out []string
+	for _, f := range As(err).Fields {
+		out = append(out, f.Field)
+	}
+	return out
+}
+
 // Fields collects field errors while validating a whole input, so that a
 // caller learns about every problem at once rather than one per attempt.
 type Fields []FieldError

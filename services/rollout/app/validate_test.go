@@ -9,17 +9,6 @@ import (
 	"github.com/anvil-fleet/anvil/libs/events/errs"
 )
 
-func refusedFields(err error) []string {
-	if err == nil {
-		return nil
-	}
-	var out []string
-	for _, f := range errs.As(err).Fields {
-		out = append(out, f.Field)
-	}
-	return out
-}
-
 // Every request check names each field it refuses, and only those.
 func TestRequestChecks(t *testing.T) {
 	const uuid = "4c4c4544-0042-3510-8052-b4c04f4e4d32"
@@ -42,7 +31,7 @@ func TestRequestChecks(t *testing.T) {
 		{"log ok", CheckLogPage("acme", "r1", 0, 100, time.Second, 20*time.Second), nil},
 		{"log bad page", CheckLogPage("acme", "r1", -1, 1001, 21*time.Second, 20*time.Second), []string{"after", "limit", "wait"}},
 	} {
-		if got := refusedFields(c.err); !slices.Equal(got, c.want) {
+		if got := errs.FieldNames(c.err); !slices.Equal(got, c.want) {
 			t.Errorf("%s: refused %v (%v), want %v", c.name, got, c.err, c.want)
 		}
 	}

@@ -23,14 +23,6 @@ func apply(t *testing.T, s *State, cmd Command) []any {
 	return evs
 }
 
-func fieldNames(err error) []string {
-	var out []string
-	for _, f := range errs.As(err).Fields {
-		out = append(out, f.Field)
-	}
-	return out
-}
-
 func TestPreRegistrationThenBoot(t *testing.T) {
 	var s State
 	apply(t, &s, PreRegister{UUID: strings.ToUpper(fxUUID), Hostname: "gpu-07", Labels: map[string]string{"rack": "r7", "gpu": "a100"}, Pool: "gpu", UpgradeIndex: 3, ControlPlane: true})
@@ -97,7 +89,7 @@ func TestParseUUID(t *testing.T) {
 	}
 	for _, in := range bad {
 		_, err := ParseUUID(in)
-		if got := fieldNames(err); !reflect.DeepEqual(got, []string{"uuid"}) {
+		if got := errs.FieldNames(err); !reflect.DeepEqual(got, []string{"uuid"}) {
 			t.Errorf("%q: want a field error on uuid, got %v", in, err)
 		}
 	}
@@ -112,17 +104,17 @@ func TestValidationNamesEveryField(t *testing.T) {
 		UpgradeIndex: -1,
 	}, matrixNow)
 	want := []string{"uuid", "hostname", `labels["-bad"]`, `labels["rack"]`, "pool", "upgrade_index"}
-	if got := fieldNames(err); !reflect.DeepEqual(got, want) {
+	if got := errs.FieldNames(err); !reflect.DeepEqual(got, want) {
 		t.Fatalf("fields %v, want %v (%v)", got, want, err)
 	}
 	_, err = Decide(State{}, Register{UUID: fxUUID, MAC: "zz", EnrollmentTokenID: "x"}, matrixNow)
-	if got := fieldNames(err); !reflect.DeepEqual(got, []string{"mac", "enrollment_token_id", "at"}) {
+	if got := errs.FieldNames(err); !reflect.DeepEqual(got, []string{"mac", "enrollment_token_id", "at"}) {
 		t.Fatalf("fields %v (%v)", got, err)
 	}
 	s := build(fixtures()["ready"])
 	_, err = Decide(s, ReportHardware{Hardware: Hardware{Disks: []Disk{{Name: ""}}, NICs: []NIC{{Name: "a very long interface", MAC: "x"}}}}, matrixNow)
 	want = []string{"hardware.cpus", "hardware.ram_bytes", "hardware.disks[0].name", "hardware.nics[0].name", "hardware.nics[0].mac", "at"}
-	if got := fieldNames(err); !reflect.DeepEqual(got, want) {
+	if got := errs.FieldNames(err); !reflect.DeepEqual(got, want) {
 		t.Fatalf("fields %v, want %v (%v)", got, want, err)
 	}
 	for _, c := range []Command{MarkFailed{}, FailDeletion{}, SetTargetRevision{}, MarkReady{}, Delete{Policy: "gentle"}, CheckConnectivity{}} {
@@ -151,7 +143,7 @@ func TestHostnameAndLabels(t *testing.T) {
 	for i := range MaxLabels + 1 {
 		many[strings.Repeat("k", i+1)] = "v"
 	}
-	if got := fieldNames(ValidateLabels(many)); !reflect.DeepEqual(got, []string{"labels"}) {
+	if got := errs.FieldNames(ValidateLabels(many)); !reflect.DeepEqual(got, []string{"labels"}) {
 		t.Fatalf("too many labels: %v", got)
 	}
 	for _, bad := range []map[string]string{{"": "v"}, {"a/b/c": "v"}, {"k": "-v"}, {"k": strings.Repeat("v", 64)}, {"UPPER.com/k": "v"}} {
@@ -388,7 +380,7 @@ func FuzzParseUUID(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string) {
 		got, err := ParseUUID(s)
 		if err != nil {
-			if fieldNames(err)[0] != "uuid" {
+			if errs.FieldNames(err)[0] != "uuid" {
 				t.Fatalf("error without the uuid field: %v", err)
 			}
 			return
@@ -450,7 +442,7 @@ func TestFailureRecordsTheStepWhateverTheStatus(t *testing.T) {
 	if s.Status != StatusReconfiguring {
 		t.Fatalf("retry of a machine that failed while ready: %s", s.Status)
 	}
-	if _, err := Decide(s, MarkFailed{Reason: "x", Step: strings.Repeat("s", 65)}, matrixNow); !reflect.DeepEqual(fieldNames(err), []string{"step"}) {
+	if _, err := Decide(s, MarkFailed{Reason: "x", Step: strings.Repeat("s", 65)}, matrixNow); !reflect.DeepEqual(errs.FieldNames(err), []string{"step"}) {
 		t.Fatalf("an oversized step must be refused naming the field: %v", err)
 	}
 }
@@ -469,7 +461,7 @@ func TestIPXEBootRecordsWhenTheFirmwareAsksAgain(t *testing.T) {
 	if !s.IPXERetryBy.Equal(t0.Add(6 * time.Minute)) {
 		t.Fatalf("a later boot moves the retry time: %v", s.IPXERetryBy)
 	}
-	if _, err := Decide(s, RecordIPXEBoot{At: t0.Add(2 * time.Minute), RetryIn: -time.Second}, matrixNow); !reflect.DeepEqual(fieldNames(err), []string{"retry_in"}) {
+	if _, err := Decide(s, RecordIPXEBoot{At: t0.Add(2 * time.Minute), RetryIn: -time.Second}, matrixNow); !reflect.DeepEqual(errs.FieldNames(err), []string{"retry_in"}) {
 		t.Fatalf("a negative retry must be refused naming the field: %v", err)
 	}
 }

@@ -48,14 +48,6 @@ func created(t *testing.T) *State {
 	return s
 }
 
-func fieldsOf(err error) []string {
-	var out []string
-	for _, f := range errs.As(err).Fields {
-		out = append(out, f.Field)
-	}
-	return out
-}
-
 func TestCreate(t *testing.T) {
 	s := created(t)
 	if s.ID != "acme" || s.DisplayName != "ACME Corp" {
@@ -68,7 +60,7 @@ func TestCreate(t *testing.T) {
 		t.Fatalf("re-create with another name: %v", err)
 	}
 	_, err := Decide(State{}, Create{ID: "-Bad_", DisplayName: " x"}, now)
-	if got := fieldsOf(err); !reflect.DeepEqual(got, []string{"id", "display_name"}) {
+	if got := errs.FieldNames(err); !reflect.DeepEqual(got, []string{"id", "display_name"}) {
 		t.Fatalf("fields %v (%v)", got, err)
 	}
 	for _, id := range []string{"a", "a-1", strings.Repeat("x", 63)} {
@@ -159,7 +151,7 @@ func TestIssueValidation(t *testing.T) {
 	s := created(t)
 	_, err := Decide(*s, IssueAPIToken{TokenID: "nope", Role: "root", ExpiresAt: now}, now)
 	want := []string{"token_id", "hash", "expires_at", "role"}
-	if got := fieldsOf(err); !reflect.DeepEqual(got, want) {
+	if got := errs.FieldNames(err); !reflect.DeepEqual(got, want) {
 		t.Fatalf("fields %v, want %v (%v)", got, want, err)
 	}
 	_, id, h, _ := token.Generate(token.KindAPI, rand.Reader)
@@ -212,7 +204,7 @@ func TestEnrollmentTokenMaxMachines(t *testing.T) {
 			_, id, h, _ := token.Generate(token.KindEnrollment, rand.Reader)
 			evs, err := run(t, s, IssueEnrollmentToken{TokenID: id, Hash: h, Name: "rack-7", MaxMachines: tc.max})
 			if tc.field {
-				if got := fieldsOf(err); !reflect.DeepEqual(got, []string{"max_machines"}) {
+				if got := errs.FieldNames(err); !reflect.DeepEqual(got, []string{"max_machines"}) {
 					t.Fatalf("fields %v (%v), want max_machines", got, err)
 				}
 				return

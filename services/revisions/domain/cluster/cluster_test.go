@@ -61,17 +61,6 @@ func created(t *testing.T) (*Cluster, Sealer) {
 	return &c, s
 }
 
-func fieldsOf(err error) []string {
-	if err == nil {
-		return nil
-	}
-	var out []string
-	for _, f := range errs.As(err).Fields {
-		out = append(out, f.Field)
-	}
-	return out
-}
-
 func TestCreateValidation(t *testing.T) {
 	tests := []struct {
 		name   string
@@ -98,7 +87,7 @@ func TestCreateValidation(t *testing.T) {
 			tt.mutate(&cmd)
 			var c Cluster
 			_, err := c.Create(cmd, sealer(t))
-			if got := fieldsOf(err); fmt.Sprint(got) != fmt.Sprint(tt.fields) {
+			if got := errs.FieldNames(err); fmt.Sprint(got) != fmt.Sprint(tt.fields) {
 				t.Fatalf("fields = %v, want %v (%v)", got, tt.fields, err)
 			}
 			if err != nil && (strings.Contains(err.Error(), "0123456789") || strings.Contains(err.Error(), "super-secret")) {

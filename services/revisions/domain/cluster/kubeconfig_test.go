@@ -110,7 +110,7 @@ func TestKubeconfigRefusalsNameTheField(t *testing.T) {
 	cmd.Kubeconfig = secret.Secret(noContext)
 	var fresh Cluster
 	_, err := fresh.Create(cmd, sealer(t))
-	if got := fieldsOf(err); len(got) != 1 || got[0] != "kubeconfig" || !errs.Is(err, errs.KindValidation) {
+	if got := errs.FieldNames(err); len(got) != 1 || got[0] != "kubeconfig" || !errs.Is(err, errs.KindValidation) {
 		t.Fatalf("create: fields %v (%v)", got, err)
 	}
 	if !strings.Contains(err.Error(), "kubeconfig: has no current-context") {
@@ -119,7 +119,7 @@ func TestKubeconfigRefusalsNameTheField(t *testing.T) {
 
 	c, s := created(t)
 	_, err = c.RotateKubeconfig(RotateKubeconfig{Kubeconfig: secret.Secret(noContext)}, s)
-	if got := fieldsOf(err); len(got) != 1 || got[0] != "kubeconfig" || !errs.Is(err, errs.KindValidation) {
+	if got := errs.FieldNames(err); len(got) != 1 || got[0] != "kubeconfig" || !errs.Is(err, errs.KindValidation) {
 		t.Fatalf("rotate: fields %v (%v)", got, err)
 	}
 	good := strings.Replace(kubeconfig, "super-secret-drain-token", "rotated-token", 1)
