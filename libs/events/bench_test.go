@@ -139,6 +139,55 @@ func appendPipelinedVsRawAsync(b *testing.B) {
 	rs.report(b, aggregates, fmt.Sprintf("pipelined appends (%d aggregates a batch, optimistic concurrency)", aggregates))
 }
 
+// BenchmarkAppendChainedVsOneByOne measures one Append of 16 events
+// (chained: sent together, each expecting its predecessor, events.md)
+// against the same 16 events appended one Append each (each waiting for
+// its answer, as an append of several events did before it was chained)
+// on the same server, in the same run: the ratio is the chaining's gain.
+func BenchmarkAppendChainedVsOneByOne(b *testing.B) { sampledAndNot(b, appendChainedVsOneByOne) }
+
+func appendChainedVsOneByOne(b *testing.B) {
+	const perAppend = 16
+	env := eventstest.Start(b, testRegistry())
+	ctx := context.Background()
+	appends := max(b.N, eventstest.BenchSize(b, "appends of 16 events and as many times 16 appends of one", 1000, benchRounds))
+	chained, single := benchAggregate("c", 0), benchAggregate("s", 0)
+	var chainedVersion, singleVersion uint64
+	drafts := func() []events.Draft {
+		d := make([]events.Draft, perAppend)
+		for i := range d {
+			d[i] = events.Draft{Payload: counted{N: i}}
+		}
+		return d
+	}
+	b.ResetTimer()
+	rs := alternate(func() time.Duration {
+		start := time.Now()
+		for range appends / benchRounds {
+			for _, d := range drafts() {
+				envs, err := env.Store.Append(ctx, single, singleVersion, d)
+				if err != nil {
+					b.Fatal(err)
+				}
+				singleVersion = events.Version(envs)
+			}
+		}
+		return time.Since(start)
+	}, func() time.Duration {
+		start := time.Now()
+		for range appends / benchRounds {
+			envs, err := env.Store.Append(ctx, chained, chainedVersion, drafts()...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			chainedVersion = events.Version(envs)
+		}
+		return time.Since(start)
+	})
+	b.StopTimer()
+	rs.reportAgainst(b, perAppend*(appends/benchRounds), "one_by_one", "events in appends of 16 (chained)")
+}
+
 func benchAggregate(prefix string, i int) events.AggregateRef {
 	return events.AggregateRef{Org: "acme", Type: "machine", ID: fmt.Sprintf("%s%05d", prefix, i)}
 }
@@ -172,6 +221,12 @@ type rounds struct{ raw, app []time.Duration }
 // raw time / append time, each from two runs next to each other, which a
 // burst of load from elsewhere moves less than it moves the totals.
 func (rs rounds) report(b *testing.B, perRound int, what string) {
+	rs.reportAgainst(b, perRound, "raw", what)
+}
+
+// reportAgainst is report with the baseline named base (its metric is
+// base_per_s).
+func (rs rounds) reportAgainst(b *testing.B, perRound int, base, what string) {
 	total := float64(perRound * len(rs.raw))
 	var rawSum, appSum time.Duration
 	ratios := make([]float64, len(rs.raw))
@@ -183,10 +238,10 @@ func (rs rounds) report(b *testing.B, perRound int, what string) {
 	slices.Sort(ratios)
 	ratio := (ratios[(len(ratios)-1)/2] + ratios[len(ratios)/2]) / 2
 	b.ReportMetric(total/appSum.Seconds(), "append_per_s")
-	b.ReportMetric(total/rawSum.Seconds(), "raw_per_s")
+	b.ReportMetric(total/rawSum.Seconds(), base+"_per_s")
 	b.ReportMetric(ratio, "ratio")
-	b.Logf("%d raw in %s, %d %s in %s, in %d alternating rounds; ratio: median of the rounds %.2f (from %.2f to %.2f), of the totals %.2f",
-		int(total), rawSum.Round(time.Millisecond), int(total), what, appSum.Round(time.Millisecond), len(rs.raw),
+	b.Logf("%d %s in %s, %d %s in %s, in %d alternating rounds; ratio: median of the rounds %.2f (from %.2f to %.2f), of the totals %.2f",
+		int(total), base, rawSum.Round(time.Millisecond), int(total), what, appSum.Round(time.Millisecond), len(rs.raw),
 		ratio, ratios[0], ratios[len(ratios)-1], rawSum.Seconds()/appSum.Seconds())
 }
 

@@ -103,6 +103,10 @@ type JetStreamStore struct {
 	now    func() time.Time
 	actor  string
 	pipe   pipeline // AppendMany's publisher
+	chain  chainer  // the publisher of appends of several events
+	// chains: appends of several events are chained (appendChained),
+	// on a stream of one replica only.
+	chains bool
 }
 
 // SetDefaultActor names the actor of events appended without one in their
@@ -116,7 +120,7 @@ func NewJetStreamStore(ctx context.Context, js jetstream.JetStream, reg *Registr
 	if err != nil {
 		return nil, err
 	}
-	return &JetStreamStore{js: js, stream: s, reg: reg, now: time.Now}, nil
+	return &JetStreamStore{js: js, stream: s, reg: reg, now: time.Now, chains: s.CachedInfo().Config.Replicas <= 1}, nil
 }
 
 // Registry returns the registry the store encodes payloads with.
@@ -124,6 +128,9 @@ func (s *JetStreamStore) Registry() *Registry { return s.reg }
 
 func (s *JetStreamStore) Append(ctx context.Context, ref AggregateRef, expected uint64, drafts ...Draft) ([]Envelope, error) {
 	op := s.beginAppend(ctx, ref, expected, drafts)
+	if len(op.envs) > 1 && s.chains {
+		s.appendChained(&op)
+	}
 	for op.pending() {
 		out := outgoingPool.Get().(*outgoing)
 		op.fill(&out.msg, headerBuilder{header: out.header, values: out.values[:0]})
@@ -201,11 +208,19 @@ func (op *appendOp) pending() bool { return op.err == nil && op.stored < len(op.
 // expects (the headers jetstream.WithExpectStream and
 // WithExpectLastSequencePerSubject set, put in directly, as the
 // envelope's Nats-Msg-Id already is).
-func (op *appendOp) fill(m *nats.Msg, h headerBuilder) {
-	env := &op.envs[op.stored]
+func (op *appendOp) fill(m *nats.Msg, h headerBuilder) { op.fillAt(op.stored, false, m, h) }
+
+// fillAt makes m the message of event i; chained, it expects the
+// stream's last message to be event i-1 instead of the aggregate's
+// version (appendChained).
+func (op *appendOp) fillAt(i int, chained bool, m *nats.Msg, h headerBuilder) {
+	env := &op.envs[i]
 	h.envelope(env, op.timeText)
 	h.set(jetstream.ExpectedStreamHeader, StreamName)
-	if op.expected != Any {
+	switch {
+	case chained:
+		h.set(jetstream.ExpectedLastMsgIDHeader, op.envs[i-1].ID)
+	case op.expected != Any:
 		h.set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(op.expected, 10))
 	}
 	m.Subject, m.Header, m.Data = op.subject, h.header, env.Payload

@@ -18,6 +18,10 @@ var (
 		Name: "anvil_events_append_conflicts_total",
 		Help: "Appends refused because the aggregate moved on (optimistic concurrency).",
 	})
+	appendChainBreaks = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "anvil_events_append_chain_breaks_total",
+		Help: "Events of a chained append (several events sent without waiting) refused because another message landed before them; each is sent again after its predecessor's answer.",
+	})
 	appendDuration = promauto.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "anvil_events_append_duration_seconds",
 		Help:    "Time one Append took (all its events, until JetStream acknowledged the last), by aggregate type and outcome: ok, conflict, error.",

@@ -76,6 +76,9 @@ type Records interface {
 	// says it changed something, retrying on concurrent updates. It
 	// returns the record as stored (or as read, if unchanged).
 	Update(ctx context.Context, org, uuid string, fn func(*record.Record) (bool, error)) (record.Record, error)
+	// UpdateFrom is Update whose first attempt applies fn to read (a
+	// record Get returned, with its Revision) instead of reading it again.
+	UpdateFrom(ctx context.Context, read record.Record, fn func(*record.Record) (bool, error)) (record.Record, error)
 	// Wait returns a channel that is closed at the next change of the
 	// machine's record (on any replica), and a function to stop waiting.
 	Wait(org, uuid string) (<-chan struct{}, func())
@@ -178,14 +181,10 @@ func hostname(m regapi.Machine) string {
 
 // update applies fn to a copy of rec first, and writes through Records
 // only if it changes something: the hot paths (heartbeats, /ignition of an
-// unchanged machine) then cost no write.
+// unchanged machine) then cost no write, and a write costs no second read
+// of the record unless another update came in between.
 func (a *App) update(ctx context.Context, rec record.Record, fn func(*record.Record) (bool, error)) (record.Record, error) {
-	c := rec.Clone()
-	changed, err := fn(&c)
-	if err != nil || !changed {
-		return rec, err
-	}
-	return a.Records.Update(ctx, rec.Org, rec.UUID, func(r *record.Record) (bool, error) {
+	return a.Records.UpdateFrom(ctx, rec, func(r *record.Record) (bool, error) {
 		r.Org, r.UUID = rec.Org, rec.UUID
 		return fn(r)
 	})

@@ -146,9 +146,10 @@ func benchRollout(b *testing.B, full int) {
 			paths.cordonedDrained, paths.noNode, paths.skipped, len(nodes), n)
 		// On stderr: a benchmark's log is cut after ten lines.
 		fmt.Fprintf(os.Stderr, "rollout %s: where a machine's time goes (from the events' decision times; mean / p50 / p90 / max):\n%s\n"+
-			"  appends to rollouts: %d appends of %d events, %.1f s in all (%.0f%% of the rollout's wall time), %.2f ms per event\n",
+			"  appends to rollouts: %d appends of %d events, %.1f s in all (%.0f%% of the rollout's wall time), %.2f ms per event; "+
+			"chained appends' events sent again (all services): %d\n",
 			r.ID, s.stepTimings(org, r.ID, start), appends.appends, appends.events, appends.seconds,
-			100*appends.seconds/total.Seconds(), 1000*appends.seconds/max(float64(appends.events), 1))
+			100*appends.seconds/total.Seconds(), 1000*appends.seconds/max(float64(appends.events), 1), appends.chainBreaks)
 		b.StartTimer()
 	}
 }
@@ -376,10 +377,14 @@ func profileRollout(b *testing.B) (stop func()) {
 type appendStats struct {
 	appends, events int
 	seconds         float64
+	// chainBreaks counts, for every appender of the process, the events
+	// of chained appends sent again because another message landed first.
+	chainBreaks int
 }
 
 func (a appendStats) since(b appendStats) appendStats {
-	return appendStats{appends: a.appends - b.appends, events: a.events - b.events, seconds: a.seconds - b.seconds}
+	return appendStats{appends: a.appends - b.appends, events: a.events - b.events, seconds: a.seconds - b.seconds,
+		chainBreaks: a.chainBreaks - b.chainBreaks}
 }
 
 func rolloutAppends(b *testing.B) appendStats {
@@ -387,6 +392,9 @@ func rolloutAppends(b *testing.B) appendStats {
 	must(b, err)
 	var out appendStats
 	for _, f := range families {
+		if f.GetName() == "anvil_events_append_chain_breaks_total" {
+			out.chainBreaks = int(f.GetMetric()[0].GetCounter().GetValue())
+		}
 		for _, m := range f.GetMetric() {
 			rollout := false
 			for _, l := range m.GetLabel() {

@@ -82,6 +82,10 @@ type Record struct {
 	// Revoked is the latest revocation of the machine's credentials (nil:
 	// none was ever revoked).
 	Revoked *Revocation `json:"revoked,omitempty"`
+	// Revision is the store's revision of the record as it was read (0:
+	// there was none): an update made from this copy expects it, so that
+	// it need not read the record again unless it changed since.
+	Revision uint64 `json:"-"`
 }
 
 // Clone returns a deep copy, so that a method can be tried on a copy
