@@ -7,6 +7,12 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // TestMetricsOnlyOnTheAdminMux: a public listener mounts /healthz and
@@ -32,10 +38,10 @@ func TestMetricsOnlyOnTheAdminMux(t *testing.T) {
 	}
 }
 
-// TestHTTPMetricsLabels: requests are labelled with the pattern the mux
+// TestInstrumentHTTPLabels: requests are labelled with the pattern the mux
 // matched, never the path; unknown methods fold into "other"; the status
 // is the one written (200 when none is), 500 for a panic.
-func TestHTTPMetricsLabels(t *testing.T) {
+func TestInstrumentHTTPLabels(t *testing.T) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /api/v1/orgs/{org}/machines/{uuid}", func(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte("ok"))
@@ -50,7 +56,7 @@ func TestHTTPMetricsLabels(t *testing.T) {
 		w.(http.Flusher).Flush()
 	})
 	mux.HandleFunc("GET /panic", func(http.ResponseWriter, *http.Request) { panic("boom") })
-	h := HTTPMetrics("test-labels", mux)
+	h := InstrumentHTTP("test-labels", mux)
 	serve := func(method, path string) {
 		defer func() { _ = recover() }()
 		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(method, path, nil))
@@ -137,5 +143,62 @@ func TestRouteLabel(t *testing.T) {
 		if got := RouteLabel(in); got != want {
 			t.Errorf("RouteLabel(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestInstrumentHTTPSpans: every request is served in a server span that
+// continues the caller's trace, named after the route (never the path),
+// with the method, route and status, an error for a 5xx; the handler
+// runs inside it.
+func TestInstrumentHTTPSpans(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	prevTP, prevProp := otel.GetTracerProvider(), otel.GetTextMapPropagator()
+	otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec)))
+	otel.SetTextMapPropagator(propagation.TraceContext{})
+	t.Cleanup(func() { otel.SetTracerProvider(prevTP); otel.SetTextMapPropagator(prevProp) })
+
+	var inHandler trace.SpanContext
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /api/v1/orgs/{org}/machines/{uuid}", func(w http.ResponseWriter, r *http.Request) {
+		inHandler = trace.SpanContextFromContext(r.Context())
+	})
+	mux.HandleFunc("GET /fails", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusServiceUnavailable) })
+	h := InstrumentHTTP("test-spans", mux)
+
+	const caller = "4bf92f3577b34da6a3ce929d0e0e4736"
+	req := httptest.NewRequest(http.MethodGet, "/api/v1/orgs/acme/machines/4c4c4544-0042-3510-8052-b4c04f4e4e31?token=secret", nil)
+	req.Header.Set("traceparent", "00-"+caller+"-00f067aa0ba902b7-01")
+	h.ServeHTTP(httptest.NewRecorder(), req)
+	h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, "/fails", nil))
+
+	spans := rec.Ended()
+	if len(spans) != 2 {
+		t.Fatalf("%d spans ended, want 2", len(spans))
+	}
+	got := spans[0]
+	if got.Name() != "GET /api/v1/orgs/{org}/machines/{uuid}" || got.SpanKind() != trace.SpanKindServer ||
+		got.SpanContext().TraceID().String() != caller || got.Parent().SpanID().String() != "00f067aa0ba902b7" {
+		t.Errorf("span %q kind %v trace %s parent %s; want the route's name, a server span in the caller's trace",
+			got.Name(), got.SpanKind(), got.SpanContext().TraceID(), got.Parent().SpanID())
+	}
+	if inHandler.SpanID() != got.SpanContext().SpanID() {
+		t.Errorf("the handler ran in span %s, want %s", inHandler.SpanID(), got.SpanContext().SpanID())
+	}
+	attrs := map[string]string{}
+	for _, a := range got.Attributes() {
+		attrs[string(a.Key)] = a.Value.Emit()
+	}
+	for k, want := range map[string]string{"http.request.method": "GET", "http.route": "/api/v1/orgs/{org}/machines/{uuid}", "http.response.status_code": "200"} {
+		if attrs[k] != want {
+			t.Errorf("attribute %s = %q, want %q (all: %v)", k, attrs[k], want, attrs)
+		}
+	}
+	for k, v := range attrs {
+		if strings.Contains(v, "secret") || strings.Contains(v, "acme") {
+			t.Errorf("attribute %s=%q holds part of the path or query", k, v)
+		}
+	}
+	if s := spans[1]; s.Name() != "GET /fails" || s.Status().Code != codes.Error {
+		t.Errorf("failed request: span %q status %v; want an error", s.Name(), s.Status())
 	}
 }

@@ -20,8 +20,12 @@ import (
 
 // SetupTracing installs the global tracer provider and propagator. Spans are
 // exported over OTLP/HTTP when OTEL_EXPORTER_OTLP_ENDPOINT (or the traces-
-// specific variable) is set; otherwise they are still created, so that logs
-// carry trace IDs, but go nowhere. The returned function flushes and stops.
+// specific variable) is set, every one recorded unless OTEL_TRACES_SAMPLER
+// says otherwise. Without an exporter they are still made, with their
+// trace and span IDs, which logs carry and requests and events propagate,
+// but not recorded (unless OTEL_TRACES_SAMPLER is set): what nobody
+// exports costs nothing per request. The returned function flushes and
+// stops.
 func SetupTracing(ctx context.Context, service string) (func(context.Context) error, error) {
 	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
 	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(semconv.ServiceName(service)))
@@ -35,6 +39,8 @@ func SetupTracing(ctx context.Context, service string) (func(context.Context) er
 			return nil, err
 		}
 		opts = append(opts, sdktrace.WithBatcher(exp))
+	} else if os.Getenv("OTEL_TRACES_SAMPLER") == "" {
+		opts = append(opts, sdktrace.WithSampler(sdktrace.NeverSample()))
 	}
 	tp := sdktrace.NewTracerProvider(opts...)
 	otel.SetTracerProvider(tp)

@@ -20,7 +20,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 
 	agentapi "github.com/anvil-fleet/anvil/agent/api"
 	"github.com/anvil-fleet/anvil/libs/events/errs"
@@ -71,8 +70,8 @@ type server struct {
 	lastBase atomic.Pointer[string]
 }
 
-// NewHTTP returns the handler of one listener, wrapped with OpenTelemetry
-// (except the iPXE scripts).
+// NewHTTP returns the handler of one listener: every request in a server
+// span and in the request metric (svc.InstrumentHTTP).
 func NewHTTP(a *app.App, o HTTPOptions) http.Handler {
 	if o.Log == nil {
 		o.Log = slog.Default()
@@ -98,17 +97,9 @@ func NewHTTP(a *app.App, o HTTPOptions) http.Handler {
 	for _, dir := range []string{bootapi.AgentDir, bootapi.SysextDir, bootapi.FlatcarDir} {
 		mux.HandleFunc("GET /"+dir+"/", s.asset)
 	}
-	served := svc.HTTPMetrics("boot", accessLog(s.log, recoverer(s.log, mux)))
-	traced := otelhttp.NewHandler(served, "boot",
-		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
-			if r.Pattern != "" {
-				return r.Pattern
-			}
-			return r.Method + " " + r.URL.Path
-		}))
 	// Every request is served in a span, the iPXE scripts included: a
 	// boot that registers a machine is traced from firmware to registry.
-	return traced
+	return svc.InstrumentHTTP("boot", accessLog(s.log, recoverer(s.log, mux)))
 }
 
 // ---- iPXE ----

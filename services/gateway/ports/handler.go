@@ -1,5 +1,5 @@
 // Package ports is the gateway's HTTP API: go-kit endpoints behind go-kit's
-// HTTP transport, wrapped in otelhttp, on one declarative route table that
+// HTTP transport, wrapped in svc.InstrumentHTTP, on one declarative route table that
 // also produces the OpenAPI document.
 package ports
 
@@ -20,7 +20,6 @@ import (
 	"github.com/go-kit/kit/endpoint"
 	httptransport "github.com/go-kit/kit/transport/http"
 	"github.com/nats-io/nats.go"
-	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 
 	"github.com/anvil-fleet/anvil/libs/events"
 	"github.com/anvil-fleet/anvil/libs/events/errs"
@@ -194,19 +193,7 @@ func NewHandler(d Deps) http.Handler {
 		}
 		writeProblem(w, problemOf(errs.NotFound("no route %s %s", r.Method, r.URL.Path), r.URL.Path))
 	})
-	// The metrics sit inside otelhttp, which copies the request: the mux
-	// sets the route pattern on the request it is given.
-	return otelhttp.NewHandler(svc.HTTPMetrics("gateway", traceHeaders(refuseOversized(d.BodyLimit, mux))), "gateway", otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string {
-		// Patterns carry their method ("PUT /api/v1/…") except the
-		// catch-all; the path itself would make the span names unbounded.
-		switch {
-		case strings.HasPrefix(r.Pattern, r.Method+" "):
-			return r.Pattern
-		case r.Pattern == "" || r.Pattern == "/":
-			return r.Method + " unmatched"
-		}
-		return r.Method + " " + r.Pattern
-	}))
+	return svc.InstrumentHTTP("gateway", traceHeaders(refuseOversized(d.BodyLimit, mux)))
 }
 
 // authenticate resolves the bearer token, checks the route's role and

@@ -10,8 +10,8 @@ import (
 // user can quote it and an operator find the logs (they carry trace_id)
 // and spans: every answer carries the server span as a W3C `traceparent`
 // and its trace ID as `X-Trace-Id`. A request that sent a traceparent is
-// in the caller's trace (otelhttp continues it), so the trace ID is the
-// caller's. It runs inside otelhttp's handler, where the span exists, and
+// in the caller's trace (svc.InstrumentHTTP continues it), so the trace ID is the
+// caller's. It runs inside svc.InstrumentHTTP, where the span exists, and
 // sets the headers before anything can write the status line.
 func traceHeaders(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -203,8 +203,9 @@ func BenchmarkMachineReads(b *testing.B) {
 	perList := eventstest.BenchSize(b, "page reads per round", 600, 12)
 	natsCalls := eventstest.BenchSize(b, "page reads over NATS", 1800, 32)
 	// Tracing as the services set it up (telemetry.SetupTracing: W3C
-	// trace context, an SDK tracer provider sampling every request, no
-	// exporter unless OTEL_EXPORTER_OTLP_ENDPOINT is set), and the
+	// trace context, an SDK tracer provider; no exporter unless
+	// OTEL_EXPORTER_OTLP_ENDPOINT is set, and then no span recorded,
+	// though every one is made and propagated), and the
 	// registry and the gateway on connections of their own, as in a
 	// deployment.
 	stopTracing, err := telemetry.SetupTracing(context.Background(), "gateway-bench")
