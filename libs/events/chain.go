@@ -39,8 +39,8 @@ func (s *JetStreamStore) chainPublisher() (jetstream.JetStream, error) {
 // next burst, with the version the events stored so far leave. An event
 // that fails as a burst's first is settled as a single publish would (a
 // version mismatch may be an earlier attempt that landed), so every burst
-// stores an event or ends the append. The last event left goes out as a
-// single publish.
+// stores an event or ends the append. The last event left, and what is
+// left when a burst cannot be sent at all, go out as single publishes.
 //
 // Only on a stream of one replica: a clustered stream checks
 // Nats-Expected-Last-Msg-Id when it applies a message, after it has taken
@@ -63,7 +63,10 @@ func (s *JetStreamStore) appendChained(op *appendOp) {
 			f, err := js.PublishMsgAsync(&out.msg)
 			if err != nil {
 				if i == first {
-					op.settle(nil, err)
+					// Nothing of this burst was sent (too many publishes
+					// pending in the process, say): the single publishes
+					// go on from here.
+					return
 				}
 				break
 			}

@@ -20,7 +20,7 @@ var (
 	})
 	appendChainBreaks = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "anvil_events_append_chain_breaks_total",
-		Help: "Events of a chained append (several events sent without waiting) refused because another message landed before them; each is sent again after its predecessor's answer.",
+		Help: "Chained appends (several events sent without waiting) whose chain broke: an event was refused because another message landed before it, and it and the rest were sent again.",
 	})
 	appendDuration = promauto.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "anvil_events_append_duration_seconds",

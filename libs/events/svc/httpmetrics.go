@@ -139,7 +139,13 @@ func (w *metricsWriter) ReadFrom(r io.Reader) (int64, error) {
 }
 
 // Flush lets a handler that asserts http.Flusher stream through it.
-func (w *metricsWriter) Flush() { _ = http.NewResponseController(w.ResponseWriter).Flush() }
+func (w *metricsWriter) Flush() { _ = w.FlushError() }
+
+// FlushError is what http.ResponseController.Flush calls: the error of
+// the flush underneath, which Flush cannot return (a client gone).
+func (w *metricsWriter) FlushError() error {
+	return http.NewResponseController(w.ResponseWriter).Flush()
+}
 
 // Unwrap lets http.ResponseController reach the connection.
 func (w *metricsWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

@@ -23,8 +23,9 @@ import (
 // specific variable) is set, every one recorded unless OTEL_TRACES_SAMPLER
 // says otherwise. Without an exporter they are still made, with their
 // trace and span IDs, which logs carry and requests and events propagate,
-// but not recorded (unless OTEL_TRACES_SAMPLER is set): what nobody
-// exports costs nothing per request. The returned function flushes and
+// but not recorded unless the caller's traceparent asks for it (or
+// OTEL_TRACES_SAMPLER is set): what nobody exports costs nothing per
+// request. The returned function flushes and
 // stops.
 func SetupTracing(ctx context.Context, service string) (func(context.Context) error, error) {
 	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
@@ -40,7 +41,10 @@ func SetupTracing(ctx context.Context, service string) (func(context.Context) er
 		}
 		opts = append(opts, sdktrace.WithBatcher(exp))
 	} else if os.Getenv("OTEL_TRACES_SAMPLER") == "" {
-		opts = append(opts, sdktrace.WithSampler(sdktrace.NeverSample()))
+		// A caller that asked for its trace to be recorded still gets it
+		// (and its sampled flag goes on downstream, to services that do
+		// export); nothing else is recorded.
+		opts = append(opts, sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.NeverSample())))
 	}
 	tp := sdktrace.NewTracerProvider(opts...)
 	otel.SetTracerProvider(tp)

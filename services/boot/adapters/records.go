@@ -87,6 +87,9 @@ func (s *Records) Update(ctx context.Context, org, uuid string, fn func(*record.
 // as Get returned it, instead of reading the record again: one round trip
 // less when nothing changed it since.
 func (s *Records) UpdateFrom(ctx context.Context, read record.Record, fn func(*record.Record) (bool, error)) (record.Record, error) {
+	if !validKeyPart(read.Org) || !validKeyPart(read.UUID) {
+		return record.Record{}, errs.Invalid("machine", "organization and UUID must not hold '.', '*', '>' or spaces")
+	}
 	c := read.Clone()
 	return s.update(ctx, read.Org, read.UUID, &c, fn)
 }

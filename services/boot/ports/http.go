@@ -20,7 +20,6 @@ import (
 	"sync/atomic"
 	"time"
 
-
 	agentapi "github.com/anvil-fleet/anvil/agent/api"
 	"github.com/anvil-fleet/anvil/libs/events/errs"
 	"github.com/anvil-fleet/anvil/libs/events/svc"

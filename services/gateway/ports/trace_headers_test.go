@@ -81,7 +81,7 @@ func TestTraceHeaders(t *testing.T) {
 				t.Error("a request without traceparent is in the earlier caller's trace")
 			}
 			// The headers name the gateway's own server span, not the caller's.
-			// (otelhttp ends it after the answer is written.)
+			// (svc.InstrumentHTTP ends it after the answer is written.)
 			eventstest.Eventually(t, "the span in traceparent ends", 10*time.Second, 10*time.Millisecond, func() (bool, string) {
 				var names []string
 				for _, s := range rec.Ended()[before:] {
