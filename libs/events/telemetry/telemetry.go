@@ -25,8 +25,7 @@ import (
 // trace and span IDs, which logs carry and requests and events propagate,
 // but not recorded unless the caller's traceparent asks for it (or
 // OTEL_TRACES_SAMPLER is set): what nobody exports costs nothing per
-// request. The returned function flushes and
-// stops.
+// request. The returned function flushes and stops.
 func SetupTracing(ctx context.Context, service string) (func(context.Context) error, error) {
 	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
 	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(semconv.ServiceName(service)))

@@ -59,8 +59,8 @@ func (s *Records) Get(ctx context.Context, org, uuid string) (record.Record, err
 }
 
 func (s *Records) get(ctx context.Context, org, uuid string) (record.Record, error) {
-	if !validKeyPart(org) || !validKeyPart(uuid) {
-		return record.Record{}, errs.Invalid("machine", "organization and UUID must not hold '.', '*', '>' or spaces")
+	if err := checkKey(org, uuid); err != nil {
+		return record.Record{}, err
 	}
 	e, err := s.kv.Get(ctx, record.Key(org, uuid))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -77,6 +77,15 @@ func (s *Records) get(ctx context.Context, org, uuid string) (record.Record, err
 	return r, nil
 }
 
+// checkKey refuses an organization or UUID that would make an ambiguous
+// key.
+func checkKey(org, uuid string) error {
+	if !validKeyPart(org) || !validKeyPart(uuid) {
+		return errs.Invalid("machine", "organization and UUID must not hold '.', '*', '>' or spaces")
+	}
+	return nil
+}
+
 // Update applies fn and stores the result with compare-and-swap, retrying
 // when another replica wrote in between.
 func (s *Records) Update(ctx context.Context, org, uuid string, fn func(*record.Record) (bool, error)) (record.Record, error) {
@@ -87,8 +96,8 @@ func (s *Records) Update(ctx context.Context, org, uuid string, fn func(*record.
 // as Get returned it, instead of reading the record again: one round trip
 // less when nothing changed it since.
 func (s *Records) UpdateFrom(ctx context.Context, read record.Record, fn func(*record.Record) (bool, error)) (record.Record, error) {
-	if !validKeyPart(read.Org) || !validKeyPart(read.UUID) {
-		return record.Record{}, errs.Invalid("machine", "organization and UUID must not hold '.', '*', '>' or spaces")
+	if err := checkKey(read.Org, read.UUID); err != nil {
+		return record.Record{}, err
 	}
 	c := read.Clone()
 	return s.update(ctx, read.Org, read.UUID, &c, fn)
@@ -247,8 +256,8 @@ type StartupLog = api.StartupLog
 
 // Put stores a machine's log, replacing the previous one.
 func (s *StartupLogs) Put(ctx context.Context, l StartupLog) error {
-	if !validKeyPart(l.Org) || !validKeyPart(l.UUID) {
-		return errs.Invalid("machine", "organization and UUID must not hold '.', '*', '>' or spaces")
+	if err := checkKey(l.Org, l.UUID); err != nil {
+		return err
 	}
 	data, err := json.Marshal(l)
 	if err != nil {
@@ -262,8 +271,8 @@ func (s *StartupLogs) Put(ctx context.Context, l StartupLog) error {
 
 // Get returns a machine's log.
 func (s *StartupLogs) Get(ctx context.Context, org, uuid string) (StartupLog, error) {
-	if !validKeyPart(org) || !validKeyPart(uuid) {
-		return StartupLog{}, errs.Invalid("machine", "organization and UUID must not hold '.', '*', '>' or spaces")
+	if err := checkKey(org, uuid); err != nil {
+		return StartupLog{}, err
 	}
 	e, err := s.kv.Get(ctx, record.Key(org, uuid))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {

@@ -184,10 +184,7 @@ func hostname(m regapi.Machine) string {
 // unchanged machine) then cost no write, and a write costs no second read
 // of the record unless another update came in between.
 func (a *App) update(ctx context.Context, rec record.Record, fn func(*record.Record) (bool, error)) (record.Record, error) {
-	return a.Records.UpdateFrom(ctx, rec, func(r *record.Record) (bool, error) {
-		r.Org, r.UUID = rec.Org, rec.UUID
-		return fn(r)
-	})
+	return a.Records.UpdateFrom(ctx, rec, fn)
 }
 
 // unavailable reports whether err means a dependency is down.
