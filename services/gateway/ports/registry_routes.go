@@ -131,7 +131,7 @@ func (h *handler) registryRoutes() []route {
 					}
 					out = got
 				}
-				h.writes.note(ctx, out.Version)
+				h.writes.note(ctx, marksRegistry, out.Version)
 				return Machine{Machine: out.Machine, Version: out.Version, Deleted: out.Deleted}, nil
 			},
 		}
@@ -253,7 +253,7 @@ func (h *handler) registryRoutes() []route {
 			},
 			Endpoint: func(ctx context.Context, req any) (any, error) {
 				r := req.(regapi.MachineList)
-				r.MinVersion = h.writes.last(ctx)
+				r.MinVersion = h.writes.last(ctx, marksRegistry)
 				return h.listMachinesRaw(ctx, r)
 			}},
 		machineRoute("POST", machines, "Pre-register a machine before its first boot", domain.RoleOperator, 201, regapi.PreRegister{},
@@ -271,7 +271,7 @@ func (h *handler) registryRoutes() []route {
 			},
 			Endpoint: func(ctx context.Context, req any) (any, error) {
 				r := req.(regapi.MachineGet)
-				r.MinVersion = h.writes.last(ctx)
+				r.MinVersion = h.writes.last(ctx, marksRegistry)
 				return h.getMachineRaw(ctx, r)
 			}},
 		machineRoute("PATCH", one, "Change a machine's hostname, labels, upgrade index or control-plane flag", domain.RoleOperator, 200, MachinePatch{},

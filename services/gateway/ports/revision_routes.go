@@ -43,6 +43,43 @@ func setField(v reflect.Value, jsonName string, value string) error {
 	return nil
 }
 
+// setMinVersion fills a read's min_version field, if it has one, with the
+// caller's last write (read-your-writes, docs/api.md "Consistency"); a
+// request without the field (a diff, say) is left as it is.
+func setMinVersion(v reflect.Value, seq uint64) {
+	if seq == 0 {
+		return
+	}
+	t := v.Type()
+	for i := range t.NumField() {
+		if name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ","); name == "min_version" && v.Field(i).Kind() == reflect.Uint64 {
+			v.Field(i).SetUint(seq)
+		}
+	}
+}
+
+// writtenVersion is the stream sequence a write's answer carries: its
+// "version", or that of the resource it wraps (a PoolChange's pool).
+func writtenVersion(v reflect.Value) uint64 {
+	if v.Kind() != reflect.Struct {
+		return 0
+	}
+	t := v.Type()
+	for i := range t.NumField() {
+		if name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ","); name == "version" && v.Field(i).Kind() == reflect.Uint64 {
+			return v.Field(i).Uint()
+		}
+	}
+	for i := range t.NumField() {
+		if f := v.Field(i); f.Kind() == reflect.Struct && t.Field(i).IsExported() {
+			if seq := writtenVersion(f); seq > 0 {
+				return seq
+			}
+		}
+	}
+	return 0
+}
+
 // renameField reports a field error under the query parameter's name.
 func renameField(err error, field, param string) error {
 	if err == nil || field == param {
@@ -98,7 +135,18 @@ func revRoute[Req, Resp any](h *handler, method, path string, min domain.Role, s
 			}
 			return req, f.Err()
 		},
-		Endpoint: func(ctx context.Context, req any) (any, error) { return call(ctx, h.NC, req.(Req)) },
+		Endpoint: func(ctx context.Context, req any) (any, error) {
+			r := req.(Req)
+			if method == http.MethodGet {
+				setMinVersion(reflect.ValueOf(&r).Elem(), h.writes.last(ctx, marksRevisions))
+				return call(ctx, h.NC, r)
+			}
+			out, err := call(ctx, h.NC, r)
+			if err == nil {
+				h.writes.note(ctx, marksRevisions, writtenVersion(reflect.ValueOf(out)))
+			}
+			return out, err
+		},
 	}
 	if withBody {
 		rt.Request = zero
@@ -194,6 +242,7 @@ func (h *handler) poolList(path string) route {
 		},
 		Endpoint: func(ctx context.Context, req any) (any, error) {
 			q := req.(revList[rev.ListPoolsRequest])
+			q.req.MinVersion = h.writes.last(ctx, marksRevisions)
 			l, err := rev.ListPools(ctx, h.NC, q.req)
 			if err != nil {
 				return nil, err
@@ -212,6 +261,7 @@ func (h *handler) clusterList(path string) route {
 		},
 		Endpoint: func(ctx context.Context, req any) (any, error) {
 			q := req.(revList[rev.ListClustersRequest])
+			q.req.MinVersion = h.writes.last(ctx, marksRevisions)
 			l, err := rev.ListClusters(ctx, h.NC, q.req)
 			if err != nil {
 				return nil, err
@@ -233,6 +283,7 @@ func (h *handler) revisionList(path string) route {
 		},
 		Endpoint: func(ctx context.Context, req any) (any, error) {
 			q := req.(revList[rev.ListRevisionsRequest])
+			q.req.MinVersion = h.writes.last(ctx, marksRevisions)
 			l, err := rev.ListRevisions(ctx, h.NC, q.req)
 			if err != nil {
 				return nil, err

@@ -94,7 +94,9 @@ func TestClusterPoolRevisionRoutes(t *testing.T) {
 		rb.Rollout == "" || rb.Rollout == change.Rollout || r.header.Get("Location") != base+"/rollouts/"+rb.Rollout {
 		t.Fatalf("rollback: %d %s (Location %q)", r.status, r.body, r.header.Get("Location"))
 	}
-	// The pool shows both what was saved last and what is applied.
+	// The pool shows both what was saved last and what is applied. The
+	// operator reads its own write (read-your-writes); another caller sees
+	// it as fast as the projection follows (docs/api.md "Consistency").
 	var shown struct {
 		KubernetesVersion string `json:"kubernetes_version"`
 		LatestRevision    int    `json:"latest_revision"`
@@ -103,7 +105,7 @@ func TestClusterPoolRevisionRoutes(t *testing.T) {
 			KubernetesVersion string `json:"kubernetes_version"`
 		} `json:"applied"`
 	}
-	if r := s.do("GET", base+"/pools/workers", tn.viewer, nil, nil, &shown); r.status != 200 || shown.LatestRevision != 2 ||
+	if r := s.do("GET", base+"/pools/workers", tn.operator, nil, nil, &shown); r.status != 200 || shown.LatestRevision != 2 ||
 		shown.Applied.Number != 1 || shown.Applied.KubernetesVersion == "" || shown.Applied.KubernetesVersion == shown.KubernetesVersion {
 		t.Fatalf("after the rollback the pool shows %+v (%d %s)", shown, r.status, r.body)
 	}
