@@ -298,6 +298,15 @@ func (r *Runner) createConsumer(ctx context.Context, stream jetstream.Stream, st
 		AckWait:           time.Minute,
 		MaxAckPending:     r.cfg.AckEvery * 16,
 		InactiveThreshold: time.Hour, // replicas that went away leave no consumer behind
+		// The model's checkpoint, not the consumer, is the projection's
+		// state, so the consumer is not replicated and lives in memory:
+		// creating one answers as soon as its one server has it, where a
+		// replicated one waits for its own election, which after a
+		// partition or a node's restart could take longer than the
+		// request's timeout again and again. If its server goes away, the
+		// missed heartbeats end the fetch and a new one is made.
+		Replicas:      1,
+		MemoryStorage: true,
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("projection %s: creating consumer: %w", r.cfg.Name, err)
