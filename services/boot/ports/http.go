@@ -431,20 +431,29 @@ func recoverer(log *slog.Logger, next http.Handler) http.Handler {
 // there — status, bytes, duration). What machines fetch (scripts,
 // Ignition, assets) and every failure log at info; the agent's routine
 // successes (heartbeats, polls) at debug, as they come every few seconds
-// from every machine.
+// from every machine. A 5xx logs at warn with the start of its answer (the
+// problem's detail says which dependency failed).
 func accessLog(log *slog.Logger, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
 		next.ServeHTTP(sw, r)
 		level := slog.LevelInfo
-		if sw.status < 400 && strings.HasPrefix(r.URL.Path, "/agent/") {
+		attrs := []any{"method", r.Method, "path", r.URL.Path, "status", sw.status,
+			"bytes", sw.bytes, "duration_ms", time.Since(start).Milliseconds(), "remote", r.RemoteAddr}
+		switch {
+		case sw.status >= 500:
+			level = slog.LevelWarn
+			attrs = append(attrs, "answer", strings.TrimSpace(string(sw.head)))
+		case sw.status < 400 && strings.HasPrefix(r.URL.Path, "/agent/"):
 			level = slog.LevelDebug
 		}
-		log.Log(r.Context(), level, "request served", "method", r.Method, "path", r.URL.Path, "status", sw.status,
-			"bytes", sw.bytes, "duration_ms", time.Since(start).Milliseconds(), "remote", r.RemoteAddr)
+		log.Log(r.Context(), level, "request served", attrs...)
 	})
 }
+
+// failureHead is how much of a 5xx answer the access log keeps.
+const failureHead = 300
 
 // statusWriter records the status and the size of an answer.
 type statusWriter struct {
@@ -452,6 +461,7 @@ type statusWriter struct {
 	status int
 	bytes  int64
 	wrote  bool
+	head   []byte // the start of a 5xx answer, for the access log
 }
 
 func (w *statusWriter) WriteHeader(status int) {
@@ -463,6 +473,9 @@ func (w *statusWriter) WriteHeader(status int) {
 
 func (w *statusWriter) Write(b []byte) (int, error) {
 	w.wrote = true
+	if w.status >= 500 && len(w.head) < failureHead {
+		w.head = append(w.head, b[:min(len(b), failureHead-len(w.head))]...)
+	}
 	n, err := w.ResponseWriter.Write(b)
 	w.bytes += int64(n)
 	return n, err

@@ -2,6 +2,7 @@ package ports
 
 import (
 	"bytes"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
@@ -67,3 +68,36 @@ func TestStatusOfEveryKind(t *testing.T) {
 }
 
 func errsKind(s string) errs.Kind { return errs.Kind(s) }
+
+// A 5xx is logged at warn with the start of its answer (which names the
+// failed dependency); an agent's routine success at debug.
+func TestAccessLogLevels(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	h := accessLog(log, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/agent/v1/machines/u/heartbeat" {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		writeError(w, errs.Unavailable("the boot records: %s", strings.Repeat("x", 1000)))
+	}))
+	for _, path := range []string{"/agent/v1/machines/u/heartbeat", "/ignition"} {
+		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", path, nil))
+	}
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("want 2 lines, got %q", lines)
+	}
+	var ok, failed struct {
+		Level  string
+		Status int
+		Answer string
+	}
+	if err := json.Unmarshal([]byte(lines[0]), &ok); err != nil || ok.Level != "DEBUG" || ok.Status != 204 || ok.Answer != "" {
+		t.Errorf("heartbeat: %+v %v", ok, err)
+	}
+	if err := json.Unmarshal([]byte(lines[1]), &failed); err != nil || failed.Level != "WARN" || failed.Status != 503 ||
+		!strings.Contains(failed.Answer, "the boot records") || len(failed.Answer) > failureHead {
+		t.Errorf("failure: %+v %v", failed, err)
+	}
+}
