@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	mathrand "math/rand/v2"
@@ -13,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -63,42 +65,77 @@ func dockerPool(t testing.TB) *dockertest.Pool {
 	return pool
 }
 
-// ensureImages builds the images that are missing with the repository's
-// own script (deploy/images/build.sh, which reuses Go's build cache), or
-// every one of them with ANVIL_FAULTS_REBUILD=1. It skips the test with one
-// line when they cannot be built.
+// ensureImages builds, with the repository's own script
+// (deploy/images/build.sh, which reuses Go's build cache), the images that
+// are missing or were built from other sources than the checkout's (their
+// dev.anvil.source-tree label), so that the test runs the code it is
+// testing; every one of them with ANVIL_FAULTS_REBUILD=1, none that exists
+// with ANVIL_FAULTS_REUSE_IMAGES=1. It skips the test with one line when
+// they cannot be built.
 func ensureImages(t testing.TB, pool *dockertest.Pool, root, version string) {
 	t.Helper()
-	var missing, stale []string
-	head, _ := exec.Command("git", "-C", root, "rev-parse", "HEAD").Output()
+	tree := sourceTree(root)
+	var build []string
 	for _, n := range imageNames {
 		img, err := pool.Client.InspectImage("anvil/" + n + ":" + version)
-		if err != nil {
-			missing = append(missing, n)
-			continue
+		switch {
+		case err != nil:
+			build = append(build, n)
+		case os.Getenv("ANVIL_FAULTS_REUSE_IMAGES") != "":
+		case os.Getenv("ANVIL_FAULTS_REBUILD") != "":
+			build = append(build, n)
+		case n == "nats-server":
+			// Built from the module cache at the workspace's version, not
+			// from the checkout: the version in its description tells.
+			if v := natsVersion(root); v == "" || !strings.HasSuffix(img.Config.Labels["org.opencontainers.image.description"], " "+v) {
+				build = append(build, n)
+			}
+		case tree == "" || img.Config.Labels["dev.anvil.source-tree"] != tree:
+			build = append(build, n)
 		}
-		if rev := img.Config.Labels["org.opencontainers.image.revision"]; rev != "" && len(head) > 0 && strings.TrimSpace(string(head)) != rev {
-			stale = append(stale, n)
-		}
 	}
-	if len(stale) > 0 {
-		t.Logf("images %v were built from another commit than the checkout's %.12s (make images, or ANVIL_FAULTS_REBUILD=1, rebuilds them)", stale, head)
-	}
-	if os.Getenv("ANVIL_FAULTS_REBUILD") != "" {
-		missing = imageNames
-	}
-	if len(missing) == 0 {
+	if len(build) == 0 {
+		t.Logf("images %v hold the checkout's sources (tree %.12s)", imageNames, tree)
 		return
 	}
-	t.Logf("building images %v with deploy/images/build.sh", missing)
+	t.Logf("building images %v with deploy/images/build.sh (missing, or built from other sources than the checkout's tree %.12s)", build, tree)
 	start := time.Now()
-	cmd := exec.Command("bash", append([]string{"deploy/images/build.sh"}, missing...)...)
+	cmd := exec.Command("bash", append([]string{"deploy/images/build.sh"}, build...)...)
 	cmd.Dir = root
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Skipf("fault tests skipped: images %v are missing and bash deploy/images/build.sh failed: %v: %s", missing, err, lastLine(out))
+		t.Skipf("fault tests skipped: images %v could not be built: bash deploy/images/build.sh failed: %v: %s", build, err, lastLine(out))
 	}
 	t.Logf("built the images in %s", time.Since(start).Round(time.Second))
+}
+
+// natsVersion is the nats-server version the workspace resolves (what
+// deploy/images/build.sh builds and names in the image's description).
+func natsVersion(root string) string {
+	cmd := exec.Command("go", "list", "-m", "-f", "{{.Version}}", "github.com/nats-io/nats-server/v2")
+	cmd.Dir = root
+	out, err := cmd.Output()
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// sourceTree is the git tree hash of the checkout's tracked files as they
+// are now, computed as deploy/images/build.sh labels its images; empty
+// when git cannot tell.
+func sourceTree(root string) string {
+	git := func(args ...string) string {
+		out, err := exec.Command("git", append([]string{"-C", root}, args...)...).Output()
+		if err != nil {
+			return ""
+		}
+		return strings.TrimSpace(string(out))
+	}
+	if stash := git("stash", "create"); stash != "" {
+		return git("rev-parse", stash+"^{tree}")
+	}
+	return git("rev-parse", "HEAD^{tree}")
 }
 
 func lastLine(b []byte) string {
@@ -281,14 +318,59 @@ func noPublish(hc *dc.HostConfig) {
 }
 
 // purge removes a container; on failure its last log lines go to the test
-// log first.
+// log first: the last 40 that say something (a request served without an
+// error is skipped; a failing test's containers are all busy serving),
+// and the whole log to $ANVIL_FAULTS_LOG_DIR/<name>.log when that is set.
 func (c *cluster) purge(name string, res *dockertest.Resource) {
 	if c.t.Failed() {
-		c.t.Logf("--- last lines of %s ---\n%s", name, c.logs(res.Container.ID, 40))
+		all := c.logs(res.Container.ID, 20000)
+		c.t.Logf("--- last lines of %s, but requests served ---\n%s", name, lastTelling(all, 40))
+		if dir := os.Getenv("ANVIL_FAULTS_LOG_DIR"); dir != "" {
+			path := filepath.Join(dir, c.prefix+"-"+name+".log")
+			if err := os.WriteFile(path, []byte(all), 0o644); err != nil {
+				c.t.Logf("saving the log of %s: %v", name, err)
+			} else {
+				c.t.Logf("the log of %s is in %s", name, path)
+			}
+		}
 	}
 	if err := c.pool.Purge(res); err != nil {
 		c.t.Logf("removing %s: %v", name, err)
 	}
+}
+
+// lastTelling is the last n lines of a log but the INFO lines of requests
+// served (the boot service logs a 5xx at WARN, with its answer), and of a
+// run of the same failure on the same route only its first line.
+func lastTelling(log string, n int) string {
+	lines := strings.Split(strings.TrimRight(log, "\n"), "\n")
+	var keep []string
+	for i := len(lines) - 1; i >= 0 && len(keep) < n; i-- {
+		if strings.Contains(lines[i], `"level":"INFO","msg":"request served"`) {
+			continue
+		}
+		if i > 0 && sameFailure(lines[i], lines[i-1]) {
+			continue
+		}
+		keep = append(keep, lines[i])
+	}
+	slices.Reverse(keep)
+	return strings.Join(keep, "\n")
+}
+
+// sameFailure: two access-log lines with the same status and answer
+// (the path differs by machine).
+func sameFailure(a, b string) bool {
+	type served struct {
+		Msg    string `json:"msg"`
+		Status int    `json:"status"`
+		Answer string `json:"answer"`
+	}
+	var x, y served
+	if json.Unmarshal([]byte(a), &x) != nil || json.Unmarshal([]byte(b), &y) != nil {
+		return false
+	}
+	return x.Msg == "request served" && x == y
 }
 
 func (c *cluster) logs(id string, lines int) string {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -329,9 +330,14 @@ func (s *stack) markApply() {
 // rollout of every machine; it returns the revision.
 func (s *stack) apply() uint64 {
 	s.t.Helper()
-	// The rollout's checks want every machine online (heartbeating);
-	// right after a rollout a machine's agent may not have reported yet.
-	s.eventually("every machine online and ready", time.Minute, func() (bool, string) {
+	// The rollout's checks want every machine online (heartbeating) and
+	// its node Ready; right after a rollout a machine's agent may not have
+	// reported yet. A node that is not Ready here is logged with what its
+	// condition says (who set it: the simulator's reboot, or the node
+	// lifecycle controller missing kwok's lease), as it was the cause of a
+	// rollout refused by its sanity checks in CI.
+	waited := map[string]string{}
+	s.eventually("every machine online and ready, every node Ready", time.Minute, func() (bool, string) {
 		ms, err := s.machines()
 		if err != nil {
 			return false, err.Error()
@@ -341,8 +347,23 @@ func (s *stack) apply() uint64 {
 				return false, fmt.Sprintf("%s: %s, %q", m.Hostname, m.Status, m.Connectivity)
 			}
 		}
-		return len(ms) == fleetSize, fmt.Sprintf("%d machines", len(ms))
+		if len(ms) != fleetSize {
+			return false, fmt.Sprintf("%d machines", len(ms))
+		}
+		notReady, err := s.nodesNotReady()
+		if err != nil {
+			return false, err.Error()
+		}
+		for name, why := range notReady {
+			if _, seen := waited[name]; !seen {
+				waited[name] = why
+			}
+		}
+		return len(notReady) == 0, fmt.Sprintf("nodes not Ready: %v", notReady)
 	})
+	if len(waited) > 0 {
+		s.t.Logf("waited for nodes to turn Ready before applying: %v", waited)
+	}
 	s.gen++
 	s.markApply()
 	req := revapi.NewUpdatePoolRequest(org, poolName, s.poolSpec())
@@ -390,7 +411,8 @@ func (s *stack) waitProgress(revision uint64, done int) api.Rollout {
 		}
 		out = r
 		if r.Status.Final() || r.Status == api.StatusFailed {
-			s.t.Fatalf("rollout %s is %s before the fault (%s): %s", r.ID, r.Status, r.Progress, r.Reason)
+			notReady, err := s.nodesNotReady()
+			s.t.Fatalf("rollout %s is %s before the fault (%s): %s\nnodes not Ready now: %v %v", r.ID, r.Status, r.Progress, r.Reason, notReady, err)
 		}
 		return r.Progress.Done >= done, fmt.Sprintf("%s %s (%s)", r.ID, r.Status, r.Progress)
 	})
@@ -446,6 +468,34 @@ func (s *stack) machines() ([]regapi.Machine, error) {
 	defer cancel()
 	page, err := s.reg.ListMachines(ctx, regapi.MachineList{Org: org, Pool: poolName, Limit: 500})
 	return page.Items, err
+}
+
+// nodesNotReady names the nodes whose Ready condition is not True, with
+// the condition's reason and message.
+func (s *stack) nodesNotReady() (map[string]string, error) {
+	ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
+	defer cancel()
+	nodes, err := s.cp.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, n := range nodes.Items {
+		why := "no Ready condition"
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady {
+				if c.Status == corev1.ConditionTrue {
+					why = ""
+				} else {
+					why = fmt.Sprintf("%s %s: %s (since %s)", c.Status, c.Reason, c.Message, c.LastTransitionTime.Format(time.TimeOnly))
+				}
+			}
+		}
+		if why != "" {
+			out[n.Name] = why
+		}
+	}
+	return out, nil
 }
 
 // reboots counts each simulated machine's reboots so far.

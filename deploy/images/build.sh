@@ -19,6 +19,15 @@ DOCKER=${DOCKER:-docker}
 version=$(tr -d ' \n' <VERSION)
 [[ -n $version ]] || { echo "images: VERSION is empty" >&2; exit 1; }
 revision=$(git rev-parse HEAD 2>/dev/null || echo unknown)
+# The tree the binaries are built from, uncommitted changes to tracked files
+# included (git stash create writes a commit object and changes nothing
+# else; its tree hash depends only on the files): the label that tells a
+# test whether an image holds the code it is testing.
+if stash=$(git stash create 2>/dev/null) && [[ -n $stash ]]; then
+	source_tree=$(git rev-parse "$stash^{tree}")
+else
+	source_tree=$(git rev-parse 'HEAD^{tree}' 2>/dev/null || echo unknown)
+fi
 created=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 out=deploy/images/.build
 ca=${CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}
@@ -121,7 +130,7 @@ for spec in "${images[@]}"; do
 		# enough for FROM scratch (its deprecation notice is dropped).
 		DOCKER_BUILDKIT=0 "$DOCKER" build -q \
 			--build-arg NAME="$name" --build-arg VERSION="$version" \
-			--build-arg REVISION="$revision" --build-arg CREATED="$created" \
+			--build-arg REVISION="$revision" --build-arg SOURCE_TREE="$source_tree" --build-arg CREATED="$created" \
 			--build-arg TITLE="$name" --build-arg DESCRIPTION="$desc" \
 			-t "anvil/$name:$version" "$ctx" >/dev/null 2>"$ctx/docker.log" ||
 			{ grep -v -e DEPRECATED -e BuildKit -e environment-variable "$ctx/docker.log" >&2; exit 1; }
