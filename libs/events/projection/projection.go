@@ -59,7 +59,19 @@ type Config struct {
 	// SnapshotInterval, if positive, also writes one at this interval
 	// when events were applied since the last.
 	SnapshotInterval time.Duration
+	// IdleProbe: after this long without an event, the runner asks the
+	// stream's leader for the stream's state, and again at this interval;
+	// when it does not answer, the fetch ends and the consumer is made
+	// again (0: DefaultIdleProbe; negative: never). The consumer has one
+	// replica (see createConsumer): on a server cut off from the stream's
+	// leader while this client stays connected to it, it would go on
+	// sending heartbeats with no events, and the model would fall behind
+	// without a word.
+	IdleProbe time.Duration
 }
+
+// DefaultIdleProbe is Config.IdleProbe's default.
+const DefaultIdleProbe = 30 * time.Second
 
 var (
 	lagGauge = promauto.NewGaugeVec(prometheus.GaugeOpts{
@@ -105,6 +117,9 @@ type Runner struct {
 	// filterOnClient: the consumer reads the whole log and handle skips
 	// what the filter leaves out (see consume); the consuming goroutine's.
 	filterOnClient bool
+	// probeStream asks the stream's leader for the stream's state (see
+	// Config.IdleProbe); a test makes it fail.
+	probeStream func(context.Context, jetstream.Stream) error
 
 	mu      sync.Mutex
 	applied *sync.Cond // broadcast whenever the checkpoint moves
@@ -114,6 +129,9 @@ type Runner struct {
 
 // NewRunner returns a runner; call Run to start it.
 func NewRunner(cfg Config, js jetstream.JetStream, reg *events.Registry, model Model, pq *poison.Queue, log *slog.Logger) *Runner {
+	if cfg.IdleProbe == 0 {
+		cfg.IdleProbe = DefaultIdleProbe
+	}
 	if cfg.AckEvery <= 0 {
 		cfg.AckEvery = 512
 	}
@@ -246,6 +264,8 @@ func (r *Runner) consume(ctx context.Context) error {
 	defer it.Stop()
 	stop := context.AfterFunc(ctx, it.Stop)
 	defer stop()
+	var received atomic.Int64 // messages so far, for the idle probe
+	unanswered := r.probeWhileIdle(ctx, stream, &received, it.Stop)
 
 	sinceAck := 0
 	var last jetstream.Msg
@@ -255,11 +275,17 @@ func (r *Runner) consume(ctx context.Context) error {
 			if last != nil {
 				_ = last.Ack()
 			}
+			select {
+			case perr := <-unanswered:
+				return fmt.Errorf("projection %s: no event for %s and the stream's leader does not answer from here (%w): making the consumer again", r.cfg.Name, r.cfg.IdleProbe, perr)
+			default:
+			}
 			if ctx.Err() != nil || errors.Is(err, jetstream.ErrMsgIteratorClosed) {
 				return ctx.Err()
 			}
 			return err
 		}
+		received.Add(1)
 		meta, err := m.Metadata()
 		if err != nil {
 			return err
@@ -279,6 +305,49 @@ func (r *Runner) consume(ctx context.Context) error {
 			r.notify()
 		}
 	}
+}
+
+// probeWhileIdle asks the stream's leader for the stream's state each
+// time a Config.IdleProbe passes without a message (received unchanged);
+// the first time it does not answer, the error goes to the returned
+// channel and stopFetch ends the fetch. It stops with ctx.
+func (r *Runner) probeWhileIdle(ctx context.Context, stream jetstream.Stream, received *atomic.Int64, stopFetch func()) <-chan error {
+	unanswered := make(chan error, 1)
+	if r.cfg.IdleProbe < 0 {
+		return unanswered
+	}
+	probe := r.probeStream
+	if probe == nil {
+		probe = func(ctx context.Context, s jetstream.Stream) error {
+			_, err := s.Info(ctx)
+			return err
+		}
+	}
+	go func() {
+		t := time.NewTicker(r.cfg.IdleProbe)
+		defer t.Stop()
+		seen := received.Load()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if n := received.Load(); n != seen {
+				seen = n
+				continue
+			}
+			pctx, cancel := context.WithTimeout(ctx, min(r.cfg.IdleProbe, 5*time.Second))
+			err := probe(pctx, stream)
+			cancel()
+			if err != nil && ctx.Err() == nil {
+				unanswered <- err
+				stopFetch()
+				return
+			}
+		}
+	}()
+	return unanswered
 }
 
 // createConsumer (re)creates the durable consumer at start: the model's

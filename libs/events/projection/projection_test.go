@@ -4,11 +4,14 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -322,5 +325,44 @@ func TestTypeFilterSkipsOtherEvents(t *testing.T) {
 	if len(model.sum) != 0 || len(model.labels) != 3 {
 		b, _ := json.Marshal(model.labels)
 		t.Fatalf("sums %v labels %s", model.sum, b)
+	}
+}
+
+// An idle projection whose stream's leader stops answering (here: the
+// probe's second call fails, as from a server cut off from the leader)
+// ends its fetch, makes its consumer again and goes on applying events.
+func TestIdleProbeRemakesTheConsumerWhenTheStreamDoesNotAnswer(t *testing.T) {
+	env := eventstest.Start(t, registry())
+	last := fill(t, env.Store, 3, 5)
+	var logs eventstest.SyncBuffer
+	model := newSums()
+	r := NewRunner(Config{Name: "probed", IdleProbe: 50 * time.Millisecond}, env.JS, registry(), model, nil,
+		slog.New(slog.NewTextHandler(&logs, nil)))
+	var probes atomic.Int32
+	r.probeStream = func(ctx context.Context, s jetstream.Stream) error {
+		if probes.Add(1) == 2 {
+			return errors.New("simulated: no answer")
+		}
+		_, err := s.Info(ctx)
+		return err
+	}
+	stop := runUntil(t, r, last)
+	defer stop()
+	created := func() time.Time {
+		c, err := env.JS.Consumer(context.Background(), events.StreamName, "proj-probed")
+		if err != nil {
+			return time.Time{}
+		}
+		return c.CachedInfo().Created
+	}
+	first := created()
+	eventstest.Eventually(t, "the consumer made again after the probe failed", 30*time.Second, 20*time.Millisecond, func() (bool, string) {
+		return created().After(first) && strings.Contains(logs.String(), "does not answer from here"), fmt.Sprintf("%d probes; log:\n%s", probes.Load(), logs.String())
+	})
+	last = fill(t, env.Store, 3, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := r.WaitFor(ctx, last); err != nil {
+		t.Fatalf("the projection did not go on after the consumer was made again: at %d, want %d", model.Checkpoint(), last)
 	}
 }
