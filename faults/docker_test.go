@@ -14,7 +14,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -121,21 +120,17 @@ func natsVersion(root string) string {
 	return strings.TrimSpace(string(out))
 }
 
-// sourceTree is the git tree hash of the checkout's tracked files as they
-// are now, computed as deploy/images/build.sh labels its images; empty
-// when git cannot tell.
+// sourceTree is the label deploy/images/build.sh gives the images it
+// builds from the checkout as it is now (bash deploy/images/build.sh
+// --source-tree); empty when git cannot tell.
 func sourceTree(root string) string {
-	git := func(args ...string) string {
-		out, err := exec.Command("git", append([]string{"-C", root}, args...)...).Output()
-		if err != nil {
-			return ""
-		}
-		return strings.TrimSpace(string(out))
+	cmd := exec.Command("bash", "deploy/images/build.sh", "--source-tree")
+	cmd.Dir = root
+	out, err := cmd.Output()
+	if err != nil {
+		return ""
 	}
-	if stash := git("stash", "create"); stash != "" {
-		return git("rev-parse", stash+"^{tree}")
-	}
-	return git("rev-parse", "HEAD^{tree}")
+	return strings.TrimSpace(string(out))
 }
 
 func lastLine(b []byte) string {
@@ -318,16 +313,16 @@ func noPublish(hc *dc.HostConfig) {
 }
 
 // purge removes a container; on failure its last log lines go to the test
-// log first: the last 40 that say something (a request served without an
-// error is skipped; a failing test's containers are all busy serving),
-// and the whole log to $ANVIL_FAULTS_LOG_DIR/<name>.log when that is set.
+// log first: the last 40 that say something (see lastTelling; a failing
+// test's containers are all busy serving), and the log's last 20,000
+// lines to $ANVIL_FAULTS_LOG_DIR/<prefix>-<name>.log when that is set.
 func (c *cluster) purge(name string, res *dockertest.Resource) {
 	if c.t.Failed() {
 		all := c.logs(res.Container.ID, 20000)
 		c.t.Logf("--- last lines of %s, but requests served ---\n%s", name, lastTelling(all, 40))
 		if dir := os.Getenv("ANVIL_FAULTS_LOG_DIR"); dir != "" {
 			path := filepath.Join(dir, c.prefix+"-"+name+".log")
-			if err := os.WriteFile(path, []byte(all), 0o644); err != nil {
+			if err := errors.Join(os.MkdirAll(dir, 0o755), os.WriteFile(path, []byte(all), 0o644)); err != nil {
 				c.t.Logf("saving the log of %s: %v", name, err)
 			} else {
 				c.t.Logf("the log of %s is in %s", name, path)
@@ -340,22 +335,21 @@ func (c *cluster) purge(name string, res *dockertest.Resource) {
 }
 
 // lastTelling is the last n lines of a log but the INFO lines of requests
-// served (the boot service logs a 5xx at WARN, with its answer), and of a
-// run of the same failure on the same route only its first line.
+// served (a success or a 4xx; the boot service logs a 5xx at WARN, with
+// its answer), and of a run of the same failure only its first line.
 func lastTelling(log string, n int) string {
 	lines := strings.Split(strings.TrimRight(log, "\n"), "\n")
-	var keep []string
-	for i := len(lines) - 1; i >= 0 && len(keep) < n; i-- {
-		if strings.Contains(lines[i], `"level":"INFO","msg":"request served"`) {
+	var telling []string
+	for _, l := range lines {
+		if strings.Contains(l, `"level":"INFO","msg":"request served"`) {
 			continue
 		}
-		if i > 0 && sameFailure(lines[i], lines[i-1]) {
+		if k := len(telling); k > 0 && sameFailure(telling[k-1], l) {
 			continue
 		}
-		keep = append(keep, lines[i])
+		telling = append(telling, l)
 	}
-	slices.Reverse(keep)
-	return strings.Join(keep, "\n")
+	return strings.Join(telling[max(0, len(telling)-n):], "\n")
 }
 
 // sameFailure: two access-log lines with the same status and answer

@@ -3,6 +3,7 @@
 # anvil/<name>:<VERSION> (VERSION is the file at the repository root).
 #
 #   bash deploy/images/build.sh [--no-docker] [name ...]
+#   bash deploy/images/build.sh --source-tree   # prints the images' source label
 #
 # Each image is a static binary (CGO_ENABLED=0, -trimpath) COPYed into
 # FROM scratch with the CA bundle, running as 65532:65532; see
@@ -14,20 +15,33 @@ set -euo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
+
+# The tree the binaries are built from, as the files are now (changes and
+# new files included, ignored files not): written from a copy of git's
+# index, so the checkout's own index is left alone. It labels the images
+# (dev.anvil.source-tree): how a test tells an image that holds the code it
+# tests from a stale one (faults/docker_test.go asks for it with
+# --source-tree, which prints it and exits).
+source_tree() {
+	local dir idx
+	dir=$(mktemp -d) || return 1
+	idx=$(git rev-parse --git-path index 2>/dev/null) || { rm -rf "$dir"; return 1; }
+	[[ -f $idx ]] && cp "$idx" "$dir/index"
+	GIT_INDEX_FILE=$dir/index git add -A >/dev/null 2>&1 && GIT_INDEX_FILE=$dir/index git write-tree
+	local rc=$?
+	rm -rf "$dir"
+	return $rc
+}
+if [[ ${1:-} == --source-tree ]]; then
+	source_tree
+	exit
+fi
+source_tree=$(source_tree) || source_tree=unknown
 GO=${GO:-go}
 DOCKER=${DOCKER:-docker}
 version=$(tr -d ' \n' <VERSION)
 [[ -n $version ]] || { echo "images: VERSION is empty" >&2; exit 1; }
 revision=$(git rev-parse HEAD 2>/dev/null || echo unknown)
-# The tree the binaries are built from, uncommitted changes to tracked files
-# included (git stash create writes a commit object and changes nothing
-# else; its tree hash depends only on the files): the label that tells a
-# test whether an image holds the code it is testing.
-if stash=$(git stash create 2>/dev/null) && [[ -n $stash ]]; then
-	source_tree=$(git rev-parse "$stash^{tree}")
-else
-	source_tree=$(git rev-parse 'HEAD^{tree}' 2>/dev/null || echo unknown)
-fi
 created=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 out=deploy/images/.build
 ca=${CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}
