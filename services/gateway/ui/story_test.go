@@ -202,7 +202,7 @@ func TestConsoleInABrowser(t *testing.T) {
 	b.shot("audit")
 	b.do("time travel", chromedp.SetValue(chromedp.CSS(`form[action$="/time-travel"] select[name=kind]`), "machine"),
 		chromedp.SetValue(chromedp.CSS(`form[action$="/time-travel"] input[name=id]`), w1),
-		chromedp.SetValue(chromedp.CSS(`form[action$="/time-travel"] input[name=at]`), afterChange.Format("2006-01-02T15:04:05")))
+		chromedp.SetValue(chromedp.CSS(`form[action$="/time-travel"] input[name=at]`), datetimeLocal(afterChange)))
 	b.clickAndLoad(`form[action$="/time-travel"] button[type=submit]`)
 	b.waitJS("the time-travel view", `document.querySelector('.history') !== null`, 10*time.Second)
 	if got := b.js(`document.querySelector('#machine-live .rev strong').textContent`); got != "2" {
@@ -367,6 +367,17 @@ func (b *browser) watchRollout(id, shot string) bool {
 
 // wholeSecondAfter waits until the next whole second after t has passed
 // and returns it: an instant a datetime-local field can name exactly.
+// datetimeLocal is t as a datetime-local field holds it once set: the
+// HTML normalized form, which leaves the seconds out when they are zero.
+// chromedp.SetValue reads the value back, so "…T14:06:00" came back as
+// "…T14:06" and failed the story whenever the instant was a whole minute.
+func datetimeLocal(t time.Time) string {
+	if t.Second() == 0 {
+		return t.Format("2006-01-02T15:04")
+	}
+	return t.Format("2006-01-02T15:04:05")
+}
+
 func wholeSecondAfter(t time.Time) time.Time {
 	at := t.Truncate(time.Second).Add(time.Second)
 	// a deliberate wait for the clock: the console's ?at= time travel
