@@ -481,18 +481,14 @@ func (s *stack) nodesNotReady() (map[string]string, error) {
 	}
 	out := map[string]string{}
 	for _, n := range nodes.Items {
-		why := "no Ready condition"
+		if kubeharness.NodeIsReady(&n) {
+			continue
+		}
+		out[n.Name] = "no Ready condition"
 		for _, c := range n.Status.Conditions {
 			if c.Type == corev1.NodeReady {
-				if c.Status == corev1.ConditionTrue {
-					why = ""
-				} else {
-					why = fmt.Sprintf("%s %s: %s (since %s)", c.Status, c.Reason, c.Message, c.LastTransitionTime.Format(time.TimeOnly))
-				}
+				out[n.Name] = fmt.Sprintf("%s %s: %s (since %s)", c.Status, c.Reason, c.Message, c.LastTransitionTime.Format(time.TimeOnly))
 			}
-		}
-		if why != "" {
-			out[n.Name] = why
 		}
 	}
 	return out, nil

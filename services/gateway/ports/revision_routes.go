@@ -14,31 +14,38 @@ import (
 	rev "github.com/anvil-fleet/anvil/services/revisions/api"
 )
 
-// setField sets a string, int or uint64 field by its JSON name.
-func setField(v reflect.Value, jsonName string, value string) error {
+// jsonField is the field of struct v whose JSON name is name, if any.
+func jsonField(v reflect.Value, name string) (reflect.Value, bool) {
 	t := v.Type()
 	for i := range t.NumField() {
-		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
-		if name != jsonName {
-			continue
+		if n, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ","); n == name {
+			return v.Field(i), true
 		}
-		f := v.Field(i)
-		switch f.Kind() {
-		case reflect.String:
-			f.SetString(value)
-		case reflect.Int:
-			n, err := strconv.Atoi(value)
-			if err != nil || n < 1 {
-				return errs.Invalid(jsonName, "must be a positive integer")
-			}
-			f.SetInt(int64(n))
-		case reflect.Uint64:
-			n, err := strconv.ParseUint(value, 10, 64)
-			if err != nil {
-				return errs.Invalid(jsonName, "must be a non-negative integer")
-			}
-			f.SetUint(n)
+	}
+	return reflect.Value{}, false
+}
+
+// setField sets a string, int or uint64 field by its JSON name.
+func setField(v reflect.Value, jsonName string, value string) error {
+	f, ok := jsonField(v, jsonName)
+	if !ok {
+		return nil
+	}
+	switch f.Kind() {
+	case reflect.String:
+		f.SetString(value)
+	case reflect.Int:
+		n, err := strconv.Atoi(value)
+		if err != nil || n < 1 {
+			return errs.Invalid(jsonName, "must be a positive integer")
 		}
+		f.SetInt(int64(n))
+	case reflect.Uint64:
+		n, err := strconv.ParseUint(value, 10, 64)
+		if err != nil {
+			return errs.Invalid(jsonName, "must be a non-negative integer")
+		}
+		f.SetUint(n)
 	}
 	return nil
 }
@@ -47,14 +54,8 @@ func setField(v reflect.Value, jsonName string, value string) error {
 // caller's last write (read-your-writes, docs/api.md "Consistency"); a
 // request without the field (a diff, say) is left as it is.
 func setMinVersion(v reflect.Value, seq uint64) {
-	if seq == 0 {
-		return
-	}
-	t := v.Type()
-	for i := range t.NumField() {
-		if name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ","); name == "min_version" && v.Field(i).Kind() == reflect.Uint64 {
-			v.Field(i).SetUint(seq)
-		}
+	if f, ok := jsonField(v, "min_version"); ok && seq > 0 && f.Kind() == reflect.Uint64 {
+		f.SetUint(seq)
 	}
 }
 
@@ -64,12 +65,10 @@ func writtenVersion(v reflect.Value) uint64 {
 	if v.Kind() != reflect.Struct {
 		return 0
 	}
-	t := v.Type()
-	for i := range t.NumField() {
-		if name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ","); name == "version" && v.Field(i).Kind() == reflect.Uint64 {
-			return v.Field(i).Uint()
-		}
+	if f, ok := jsonField(v, "version"); ok && f.Kind() == reflect.Uint64 {
+		return f.Uint()
 	}
+	t := v.Type()
 	for i := range t.NumField() {
 		if f := v.Field(i); f.Kind() == reflect.Struct && t.Field(i).IsExported() {
 			if seq := writtenVersion(f); seq > 0 {
