@@ -192,6 +192,13 @@ func UUID(s string) (string, error) {
 	return u, nil
 }
 
+// CanonicalUUID reports whether s is a UUID already in the form UUID
+// returns: a key that names one machine only.
+func CanonicalUUID(s string) bool {
+	u, err := UUID(s)
+	return err == nil && u == s
+}
+
 // invisible reports runes that change how text reads without being
 // seen: bidirectional overrides and isolates (a name that displays as
 // another), zero-width characters, and the BOM.

@@ -37,6 +37,16 @@ func TestRules(t *testing.T) {
 	bad("nil uuid", err, "nil")
 	_, err = UUID("4c4c4544_0035-4b10-8056-b7c04f4e3532")
 	bad("uuid with underscore", err, "hyphens")
+	for s, want := range map[string]bool{
+		"4c4c4544-0035-4b10-8056-b7c04f4e3532": true,
+		"4C4C4544-0035-4B10-8056-B7C04F4E3532": false, // a UUID, not in canonical form
+		"00000000-0000-0000-0000-000000000000": false,
+		"4c4c4544-0035-4b10-8056-b7c04f4e353":  false,
+	} {
+		if got := CanonicalUUID(s); got != want {
+			t.Errorf("CanonicalUUID(%q) = %v, want %v", s, got, want)
+		}
+	}
 
 	ok("display name", DisplayName("Acme GmbH — Zürich"))
 	bad("bidi override in a name", DisplayName("admin\u202Etxt.exe"), "direction-changing")

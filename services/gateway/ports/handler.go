@@ -49,6 +49,11 @@ type Deps struct {
 	// new entry while a Server-Sent Events stream is open (default 15s,
 	// at most rolloutapi.MaxLogWait).
 	LogWait time.Duration
+	// ReadCacheBytes and ReadCacheMaxAge size the cache of the registry's
+	// machine and machine-page answers (see readCache; 0 for either: no
+	// cache).
+	ReadCacheBytes  int
+	ReadCacheMaxAge time.Duration
 }
 
 type handler struct {
@@ -57,6 +62,7 @@ type handler struct {
 	log    *slog.Logger
 	routes []route
 	tokens *tokenCache
+	reads  *readCache // nil: every read asks the registry
 	// adminSum is AdminTokenHash decoded, so that a request's token is
 	// hashed once, for this comparison and the cache's key alike; nil: no
 	// bootstrap admin (or a hash that is not lower-case hex, which never
@@ -135,7 +141,8 @@ func NewHandler(d Deps) http.Handler {
 	if d.LogWait <= 0 || d.LogWait > rolloutapi.MaxLogWait {
 		d.LogWait = 15 * time.Second
 	}
-	h := &handler{Deps: d, log: d.Log, tokens: newTokenCache(d.NC, d.TokenCacheTTL)}
+	h := &handler{Deps: d, log: d.Log, tokens: newTokenCache(d.NC, d.TokenCacheTTL),
+		reads: newReadCache(d.NC, d.ReadCacheBytes, d.ReadCacheMaxAge, d.Log)}
 	if sum, err := hex.DecodeString(d.AdminTokenHash); err == nil && len(sum) == sha256.Size && hex.EncodeToString(sum) == d.AdminTokenHash {
 		h.adminSum = sum
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/anvil-fleet/anvil/libs/events/command"
 	"github.com/anvil-fleet/anvil/libs/events/errs"
+	"github.com/anvil-fleet/anvil/libs/fields"
 	regapi "github.com/anvil-fleet/anvil/services/registry/api"
 )
 
@@ -102,4 +103,32 @@ func isBlank(b []byte) bool {
 		}
 	}
 	return true
+}
+
+// getMachineCached is getMachineRaw through the read cache, for a machine
+// as it is now.
+func (h *handler) getMachineCached(ctx context.Context, req regapi.MachineGet) (any, error) {
+	if h.reads == nil || req.At != "" || !fields.CanonicalUUID(req.UUID) {
+		if h.reads != nil {
+			readsBypassed[0].Inc()
+		}
+		return h.getMachineRaw(ctx, req)
+	}
+	return h.reads.through(ctx, machineKey(req.Org, req.UUID), req.Org, false, req.MinVersion,
+		func(ctx context.Context, minVersion uint64) (any, error) {
+			req.MinVersion = minVersion
+			return h.getMachineRaw(ctx, req)
+		})
+}
+
+// listMachinesCached is listMachinesRaw through the read cache.
+func (h *handler) listMachinesCached(ctx context.Context, req regapi.MachineList) (any, error) {
+	if h.reads == nil {
+		return h.listMachinesRaw(ctx, req)
+	}
+	return h.reads.through(ctx, pageKey(req), req.Org, true, req.MinVersion,
+		func(ctx context.Context, minVersion uint64) (any, error) {
+			req.MinVersion = minVersion
+			return h.listMachinesRaw(ctx, req)
+		})
 }

@@ -254,7 +254,7 @@ func (h *handler) registryRoutes() []route {
 			Endpoint: func(ctx context.Context, req any) (any, error) {
 				r := req.(regapi.MachineList)
 				r.MinVersion = h.writes.last(ctx, marksRegistry)
-				return h.listMachinesRaw(ctx, r)
+				return h.listMachinesCached(ctx, r)
 			}},
 		machineRoute("POST", machines, "Pre-register a machine before its first boot", domain.RoleOperator, 201, regapi.PreRegister{},
 			func(r *http.Request) ([]regapi.MachineCommand, error) {
@@ -272,7 +272,7 @@ func (h *handler) registryRoutes() []route {
 			Endpoint: func(ctx context.Context, req any) (any, error) {
 				r := req.(regapi.MachineGet)
 				r.MinVersion = h.writes.last(ctx, marksRegistry)
-				return h.getMachineRaw(ctx, r)
+				return h.getMachineCached(ctx, r)
 			}},
 		machineRoute("PATCH", one, "Change a machine's hostname, labels, upgrade index or control-plane flag", domain.RoleOperator, 200, MachinePatch{},
 			func(r *http.Request) ([]regapi.MachineCommand, error) {

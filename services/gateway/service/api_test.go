@@ -76,6 +76,11 @@ const (
 	// the one they otherwise share with the test: a request and its reply
 	// then cross the server between two clients.
 	ownConns
+	// shippedCaches runs the gateway with its caches' shipped settings
+	// (a verified token for 5s, a read answer for at most 2s) instead of
+	// the hour that otherwise leaves their invalidation alone to refresh
+	// them: for the benchmarks.
+	shippedCaches
 )
 
 func startStack(t testing.TB, opts ...stackOption) *stack {
@@ -169,10 +174,16 @@ func startStack(t testing.TB, opts ...stackOption) *stack {
 		}()
 	}
 	addr := freeAddr(t)
+	gatewayCfg := gateway.Config{Config: svc.Config{Service: "gateway"}, Listen: addr, AdminTokenHash: hash(adminToken), BodyLimit: 64 << 10,
+		TokenCacheTTL:   time.Hour, // so that only the invalidation can make a revocation take effect
+		ReadCacheMaxAge: time.Hour, // and only the registry's change notices can refresh a machine read
+	}
+	if slices.Contains(opts, shippedCaches) {
+		gatewayCfg.TokenCacheTTL, gatewayCfg.ReadCacheMaxAge = 0, 0 // the defaults
+	}
 	go func() {
 		defer wg.Done()
-		err := gateway.Run(ctx, gateway.Config{Config: svc.Config{Service: "gateway"}, Listen: addr, AdminTokenHash: hash(adminToken), BodyLimit: 64 << 10,
-			TokenCacheTTL: time.Hour /* so that only the invalidation can make a revocation take effect */}, svc.Options{Conn: gatewayConn})
+		err := gateway.Run(ctx, gatewayCfg, svc.Options{Conn: gatewayConn})
 		if err != nil && ctx.Err() == nil {
 			t.Errorf("gateway: %v", err)
 		}

@@ -10,11 +10,13 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/anvil-fleet/anvil/libs/events"
 	"github.com/anvil-fleet/anvil/libs/events/command"
@@ -176,6 +178,7 @@ func compare(b *testing.B, name string, s *stack, tok string, urls []string, per
 		l, w = drive(b, s.base, tok, urls, workers, perRound)
 		ours, oursWall, oursCPU = append(ours, l...), oursWall+w, oursCPU+processCPU()-c1
 	}
+	b.Logf("%s: the gateway's read cache over the whole run so far: %s", name, readCacheCounts(b))
 	oursRPS, baseRPS := float64(len(ours))/oursWall.Seconds(), float64(len(base))/baseWall.Seconds()
 	b.ReportMetric(pct(ours, 50), name+"_p50_ms")
 	b.ReportMetric(pct(ours, 99), name+"_p99_ms")
@@ -213,7 +216,7 @@ func BenchmarkMachineReads(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = stopTracing(context.Background()) })
-	s := startStack(b, ownConns)
+	s := startStack(b, ownConns, shippedCaches)
 	tn := s.tenants()
 	loadMachines(b, s, "acme", n)
 	var gets []string
@@ -278,4 +281,29 @@ func parallelCalls(b *testing.B, workers, total int, fn func() error) ([]time.Du
 		b.Fatal(err)
 	}
 	return lat, wall
+}
+
+// readCacheCounts reads the gateway's read cache counters
+// (anvil_gateway_read_cache_requests_total) from the process's metrics.
+func readCacheCounts(b *testing.B) string {
+	b.Helper()
+	families, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var out []string
+	for _, f := range families {
+		if f.GetName() != "anvil_gateway_read_cache_requests_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, l.GetValue())
+			}
+			out = append(out, fmt.Sprintf("%s %.0f", strings.Join(labels, " "), m.GetCounter().GetValue()))
+		}
+	}
+	slices.Sort(out)
+	return strings.Join(out, ", ")
 }

@@ -29,6 +29,12 @@ const shutdownGrace = 10 * time.Second
 // DefaultTokenCacheTTL is --token-cache-ttl's default.
 const DefaultTokenCacheTTL = 5 * time.Second
 
+// The read cache's defaults (--read-cache-bytes, --read-cache-max-age).
+const (
+	DefaultReadCacheBytes  = 64 << 20
+	DefaultReadCacheMaxAge = 2 * time.Second
+)
+
 // Config is the gateway's configuration.
 type Config struct {
 	svc.Config
@@ -52,6 +58,15 @@ type Config struct {
 	// ConsoleSessionTTL is how long a console session lasts
 	// (--console-session-ttl / ANVIL_CONSOLE_SESSION_TTL; default 12h).
 	ConsoleSessionTTL time.Duration
+	// ReadCacheBytes bounds the cache of the registry's machine and
+	// machine-page answers; 0 takes the default (64 MiB), negative
+	// disables it (--read-cache-bytes / ANVIL_GATEWAY_READ_CACHE_BYTES).
+	ReadCacheBytes int
+	// ReadCacheMaxAge is the longest a cached answer is served, and so how
+	// much older than the registry's a page's last_seen may be; 0 takes
+	// the default (2s), negative disables the cache (--read-cache-max-age
+	// / ANVIL_GATEWAY_READ_CACHE_MAX_AGE).
+	ReadCacheMaxAge time.Duration
 }
 
 // RegisterFlags binds the service's flags, each with an environment default.
@@ -69,6 +84,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"how long a console session lasts (env ANVIL_CONSOLE_SESSION_TTL)")
 	fs.DurationVar(&c.TokenCacheTTL, "token-cache-ttl", svc.EnvDuration("ANVIL_GATEWAY_TOKEN_CACHE_TTL", DefaultTokenCacheTTL),
 		"how long a verified API token is trusted without asking the registry again; a revocation empties the cache at once; negative disables (env ANVIL_GATEWAY_TOKEN_CACHE_TTL)")
+	fs.IntVar(&c.ReadCacheBytes, "read-cache-bytes", svc.EnvInt("ANVIL_GATEWAY_READ_CACHE_BYTES", DefaultReadCacheBytes),
+		"bytes of the registry's machine and machine-page answers kept, until the registry says they changed; negative disables (env ANVIL_GATEWAY_READ_CACHE_BYTES)")
+	fs.DurationVar(&c.ReadCacheMaxAge, "read-cache-max-age", svc.EnvDuration("ANVIL_GATEWAY_READ_CACHE_MAX_AGE", DefaultReadCacheMaxAge),
+		"the longest a kept machine or page answer is served (how much older a page's last_seen may be); negative disables the cache (env ANVIL_GATEWAY_READ_CACHE_MAX_AGE)")
 }
 
 // Validate checks the parsed settings; errors name the flag and variable.
@@ -140,6 +159,12 @@ func Start(ctx context.Context, cfg Config, o svc.Options, h Hooks) error {
 	if cfg.TokenCacheTTL == 0 {
 		cfg.TokenCacheTTL = DefaultTokenCacheTTL
 	}
+	if cfg.ReadCacheBytes == 0 {
+		cfg.ReadCacheBytes = DefaultReadCacheBytes
+	}
+	if cfg.ReadCacheMaxAge == 0 {
+		cfg.ReadCacheMaxAge = DefaultReadCacheMaxAge
+	}
 	rt, err := svc.Start(ctx, cfg.Config, events.NewRegistry(), o)
 	if err != nil {
 		return err
@@ -152,7 +177,8 @@ func Start(ctx context.Context, cfg Config, o svc.Options, h Hooks) error {
 	api := ports.NewHandler(ports.Deps{
 		NC: rt.Conn, Registry: regapi.Client{NC: rt.Conn}, Store: rt.Store, Idempotency: idem,
 		AdminTokenHash: cfg.AdminTokenHash, BodyLimit: cfg.BodyLimit, Health: rt.Health, Log: rt.Log,
-		TokenCacheTTL: max(cfg.TokenCacheTTL, 0),
+		TokenCacheTTL:  max(cfg.TokenCacheTTL, 0),
+		ReadCacheBytes: max(cfg.ReadCacheBytes, 0), ReadCacheMaxAge: max(cfg.ReadCacheMaxAge, 0),
 	})
 	console, err := ui.New(ctx, ui.Options{API: api, JS: rt.JS, Replicas: cfg.StreamReplicas, Log: rt.Log,
 		BootURL: cfg.ConsoleBootURL, SessionTTL: cfg.ConsoleSessionTTL})

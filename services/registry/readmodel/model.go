@@ -216,6 +216,30 @@ type Model struct {
 	orgs       map[string]*orgIndex
 	strs       interner
 	scanBudget int // 0: ScanBudget; tests lower it to force partial pages
+	// notify, if set, hears every change of a machine's answer, under the
+	// write lock (see Notify).
+	notify func(Change)
+}
+
+// Change is a change of one machine's answer: by an event at stream
+// sequence Seq, by a recorded boot (Seq 0), or, with SeenOnly, a
+// heartbeat that moved its last_seen alone.
+type Change struct {
+	Org, UUID string
+	Seq       uint64
+	SeenOnly  bool
+}
+
+// Notify makes fn hear every change of a machine's answer from now on,
+// in the order they happen: fn runs under the model's write lock, so it
+// must not block or call back into the model. Set it before the model is
+// shared.
+func (m *Model) Notify(fn func(Change)) { m.notify = fn }
+
+func (m *Model) changed(c Change) {
+	if m.notify != nil {
+		m.notify(c)
+	}
 }
 
 // New returns an empty model at checkpoint 0.
@@ -276,10 +300,12 @@ func (m *Model) Apply(seq uint64, org, machineUUID string, at time.Time, event a
 		r = &record{key: k, state: st, created: at, updated: at, version: seq}
 		m.strs.state(&r.state, event)
 		o.insert(r)
+		m.changed(Change{Org: org, UUID: id, Seq: seq})
 		return
 	}
 	before := secondaryOf(&r.state)
 	r.state.Apply(event)
+	m.changed(Change{Org: org, UUID: id, Seq: seq})
 	if !r.state.Exists() {
 		o.remove(r, before)
 		return
@@ -306,6 +332,7 @@ func (m *Model) SetLastSeen(org, machineUUID string, t time.Time) {
 	if o := m.orgs[org]; o != nil {
 		if r := o.byKey[keyOf(id)]; r != nil && t.After(r.lastSeen) {
 			r.lastSeen = t.UTC()
+			m.changed(Change{Org: org, UUID: id, SeenOnly: true})
 		}
 	}
 }
@@ -326,6 +353,7 @@ func (m *Model) SetIPXEBoot(org, machineUUID string, at, retryBy time.Time) {
 			r.boot = IPXEBoot{At: at.UTC(), RetryBy: utc(retryBy)}
 			if after := r.shown(); !after.LastIPXEBootAt.Equal(before.LastIPXEBootAt) || !after.IPXERetryBy.Equal(before.IPXERetryBy) {
 				r.invalidate() // its encoding shows the boot
+				m.changed(Change{Org: org, UUID: id})
 			}
 		}
 	}

@@ -12,6 +12,32 @@ import (
 type MachineProjection struct {
 	mu    sync.RWMutex
 	model *Model
+	// notify and replaced: see Notify.
+	notify   func(Change)
+	replaced func()
+}
+
+// Notify makes the projection's model, and every model a Reset or Restore
+// puts in its place, tell fn of each change of a machine's answer (see
+// Model.Notify), and calls replaced after each such swap. Set it before
+// the projection runs.
+func (p *MachineProjection) Notify(fn func(Change), replaced func()) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.notify, p.replaced = fn, replaced
+	p.model.Notify(fn)
+}
+
+// swap puts m in place of the model and says so.
+func (p *MachineProjection) swap(m *Model) {
+	p.mu.Lock()
+	m.Notify(p.notify)
+	p.model = m
+	replaced := p.replaced
+	p.mu.Unlock()
+	if replaced != nil {
+		replaced()
+	}
 }
 
 // NewMachineProjection returns an empty projection.
@@ -40,11 +66,7 @@ func (p *MachineProjection) Skip(seq uint64) {
 
 func (p *MachineProjection) Checkpoint() uint64 { return p.Model().Checkpoint() }
 
-func (p *MachineProjection) Reset() {
-	p.mu.Lock()
-	p.model = New()
-	p.mu.Unlock()
-}
+func (p *MachineProjection) Reset() { p.swap(New()) }
 
 // Snapshot appends the model to w (projection.Snapshotter). Only the
 // encoding holds up Apply.
@@ -61,8 +83,6 @@ func (p *MachineProjection) Restore(r *bytes.Buffer) (uint64, error) {
 	if err := m.Restore(r.Bytes()); err != nil {
 		return 0, err
 	}
-	p.mu.Lock()
-	p.model = m
-	p.mu.Unlock()
+	p.swap(m)
 	return m.Checkpoint(), nil
 }

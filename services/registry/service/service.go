@@ -159,6 +159,11 @@ func Start(ctx context.Context, cfg Config, o svc.Options, h Hooks) error {
 			Filter: events.Filter{AggregateType: "org"}}, rt.JS, rt.Registry, orgs, rt.Poison, rt.Log),
 	}
 	a.WaitMachines = s.Machines.WaitFor
+	// Readers that keep the registry's answers (the gateway) hear which
+	// machines changed (api.SubjectMachinesChanged).
+	notices := adapters.NewMachineChanges(rt.Conn, cfg.Instance, machines.Checkpoint, rt.Log)
+	machines.Notify(notices.Note, notices.Replaced)
+	rt.Go("change notices", notices.Run)
 	defer app.TrackMetrics(a)() // anvil_machines…, read at scrape time
 
 	rt.Project(s.Machines, s.Orgs)
