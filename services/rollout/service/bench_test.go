@@ -99,11 +99,13 @@ func benchRollout(b *testing.B, full int) {
 		b.StartTimer()
 		start := time.Now()
 		appendsBefore := rolloutAppends(b)
+		cpuBefore := s.sampleCPU(b)
 		stopProfile := profileRollout(b)
 		rev := s.apply(org, pool, poolSpec(fmt.Sprint(i+2), strat))
 		stop := s.progress(org, pool, uint64(rev))
 		r := s.waitRollout(org, pool, uint64(rev), within, api.StatusSucceeded)
 		total := time.Since(start)
+		cpuAfter := s.sampleCPU(b)
 		stopProfile()
 		appends := rolloutAppends(b).since(appendsBefore)
 		stop()
@@ -147,9 +149,10 @@ func benchRollout(b *testing.B, full int) {
 		// On stderr: a benchmark's log is cut after ten lines.
 		fmt.Fprintf(os.Stderr, "rollout %s: where a machine's time goes (from the events' decision times; mean / p50 / p90 / max):\n%s\n"+
 			"  appends to rollouts: %d appends of %d events, %.1f s in all (%.0f%% of the rollout's wall time), %.2f ms per event; "+
-			"chained appends' events sent again (all services): %d\n",
+			"chained appends' events sent again (all services): %d\n%s\n",
 			r.ID, s.stepTimings(org, r.ID, start), appends.appends, appends.events, appends.seconds,
-			100*appends.seconds/total.Seconds(), 1000*appends.seconds/max(float64(appends.events), 1), appends.chainBreaks)
+			100*appends.seconds/total.Seconds(), 1000*appends.seconds/max(float64(appends.events), 1), appends.chainBreaks,
+			cpuReport(cpuBefore, cpuAfter, total, n))
 		b.StartTimer()
 	}
 }
