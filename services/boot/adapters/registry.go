@@ -34,6 +34,13 @@ func (r Registry) SelfRegister(ctx context.Context, req regapi.SelfRegister) (re
 	return r.Client.SelfRegister(asMachine(ctx, req.UUID), req)
 }
 
+// ReportIPXEBoots reports many machines' boots in one request; the
+// registry names each machine the actor of what its boot appends.
+func (r Registry) ReportIPXEBoots(ctx context.Context, boots []regapi.ReportedIPXEBoot) ([]regapi.IPXEBootResult, error) {
+	rep, err := r.Client.ReportIPXEBoots(ctx, regapi.ReportIPXEBoots{Boots: boots})
+	return rep.Results, err
+}
+
 func (r Registry) GetMachine(ctx context.Context, org, uuid string) (regapi.Machine, error) {
 	rep, err := r.Client.GetMachine(ctx, regapi.MachineGet{Org: org, UUID: uuid})
 	return rep.Machine, err

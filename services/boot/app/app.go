@@ -8,6 +8,7 @@ import (
 	"context"
 	"log/slog"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	"github.com/anvil-fleet/anvil/libs/events/errs"
@@ -31,6 +32,12 @@ type Registry interface {
 	Heartbeat(ctx context.Context, org, uuid string, at time.Time) error
 	// Command runs one machine command (RecordIgnition, ReportHardware…).
 	Command(ctx context.Context, org, uuid string, cmd regapi.MachineCommand) error
+}
+
+// BootReporter is a Registry that takes many machines' iPXE boots in one
+// request (the registry's ReportIPXEBoots): one result per boot, in order.
+type BootReporter interface {
+	ReportIPXEBoots(ctx context.Context, boots []regapi.ReportedIPXEBoot) ([]regapi.IPXEBootResult, error)
 }
 
 // Flatcar is the OS image a pool revision boots.
@@ -136,6 +143,27 @@ type App struct {
 	Now           func() time.Time
 	// Rand returns a number in [0,1) that spreads retry delays.
 	Rand func() float64
+
+	// lastRetry is the last retry URL /ipxe built: a rack boots with one
+	// enrollment token through one base URL, mostly at attempt 0.
+	lastRetry atomic.Pointer[retryURL]
+}
+
+type retryURL struct {
+	base, token string
+	attempt     int
+	url         string
+}
+
+// machineURL is ipxe.MachineURL(base, token, attempt), built once for
+// the requests that share them.
+func (a *App) machineURL(base, token string, attempt int) string {
+	if r := a.lastRetry.Load(); r != nil && r.attempt == attempt && r.base == base && r.token == token {
+		return r.url
+	}
+	u := ipxe.MachineURL(base, token, attempt)
+	a.lastRetry.Store(&retryURL{base: base, token: token, attempt: attempt, url: u})
+	return u
 }
 
 // Defaults fills in the zero fields.

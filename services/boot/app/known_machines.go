@@ -51,10 +51,10 @@ type KnownMachines struct {
 	max              int
 
 	mu      sync.Mutex
-	entries map[string]*knownEntry         // by UUID
-	floors  map[machineRef]uint64          // stream sequence of the latest event seen per machine
-	gen     uint64                         // grows at every ForgetOrg and Reset
-	pending map[string]regapi.SelfRegister // by UUID
+	entries map[string]*knownEntry          // by UUID
+	floors  map[machineRef]uint64           // stream sequence of the latest event seen per machine
+	gen     uint64                          // grows at every ForgetOrg and Reset
+	pending map[string]*regapi.SelfRegister // by UUID
 	wake    chan struct{}
 }
 
@@ -71,6 +71,10 @@ type (
 		// changes, for requests whose base URL is preparedFor.
 		prepared    *preparedBoot
 		preparedFor string
+		// queued is the machine's boot in pending, once a boot of this
+		// entry found it there (nil: look it up): a machine that boots
+		// again overwrites it without touching the map.
+		queued *regapi.SelfRegister
 	}
 )
 
@@ -92,7 +96,7 @@ type KnownTicket struct{ gen uint64 }
 // reportEvery per machine.
 func NewKnownMachines(ttl, reportEvery time.Duration) *KnownMachines {
 	return &KnownMachines{ttl: ttl, reportEvery: reportEvery, max: 1 << 18,
-		entries: map[string]*knownEntry{}, floors: map[machineRef]uint64{}, pending: map[string]regapi.SelfRegister{},
+		entries: map[string]*knownEntry{}, floors: map[machineRef]uint64{}, pending: map[string]*regapi.SelfRegister{},
 		wake: make(chan struct{}, 1)}
 }
 
@@ -119,10 +123,16 @@ func (k *KnownMachines) Boot(r regapi.SelfRegister, now time.Time) (KnownBoot, b
 		return KnownBoot{}, false
 	}
 	kb := KnownBoot{Machine: e.machine, entry: e, prepared: e.prepared, preparedFor: e.preparedFor}
-	if _, queued := k.pending[key]; !queued {
-		bootReportsPending.Inc()
+	if e.queued == nil {
+		q, queued := k.pending[key]
+		if !queued {
+			q = new(regapi.SelfRegister)
+			k.pending[key] = q
+			bootReportsPending.Inc()
+		}
+		e.queued = q
 	}
-	k.pending[key] = r
+	*e.queued = r
 	due := now.Sub(e.reportedAt) >= k.reportEvery
 	k.mu.Unlock()
 	knownHits.Inc()
@@ -150,6 +160,16 @@ func (k *KnownMachines) keepPrepared(kb KnownBoot, base string, p *preparedBoot)
 	kb.entry.prepared, kb.entry.preparedFor = p, base
 }
 
+// keepPreparedFor keeps the boot script prepared at base for machine m,
+// if what is remembered of it boots it the same way.
+func (k *KnownMachines) keepPreparedFor(m regapi.Machine, base string, p *preparedBoot) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if e, ok := k.entries[m.UUID]; ok && sameBoot(e.machine, m) {
+		e.prepared, e.preparedFor = p, base
+	}
+}
+
 // Remember keeps the registry's answer to a boot (reply to r) that booted
 // the machine, unless something it may predate was forgotten since t.
 func (k *KnownMachines) Remember(t KnownTicket, r regapi.SelfRegister, reply regapi.MachineReply, now time.Time) {
@@ -167,7 +187,34 @@ func (k *KnownMachines) Remember(t KnownTicket, r regapi.SelfRegister, reply reg
 		k.resetLocked()
 		return
 	}
-	k.entries[r.UUID] = &knownEntry{token: r.EnrollmentToken, machine: m, version: reply.Version, mac: r.MAC, at: now, reportedAt: now}
+	e := &knownEntry{token: r.EnrollmentToken, machine: m, version: reply.Version, mac: r.MAC, at: now, reportedAt: now}
+	if old := k.entries[r.UUID]; old != nil && sameBoot(old.machine, m) {
+		// A report's answer for a machine that still boots the same
+		// revision: its prepared boot script stands.
+		e.prepared, e.preparedFor = old.prepared, old.preparedFor
+	}
+	k.entries[r.UUID] = e
+}
+
+// sameBoot reports whether two answers for a machine boot it the same
+// way: its boot script is made of these and of the pool revision's
+// (immutable) Flatcar image.
+func sameBoot(a, b regapi.Machine) bool {
+	return a.Org == b.Org && a.UUID == b.UUID && a.Pool == b.Pool && a.TargetRevision == b.TargetRevision
+}
+
+// refresh renews the entry of a reported boot's machine after the
+// registry answered that it is still at version: as Remember would with
+// the same machine.
+func (k *KnownMachines) refresh(t KnownTicket, r regapi.SelfRegister, version uint64, now time.Time) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if t.gen != k.gen {
+		return
+	}
+	if e, ok := k.entries[r.UUID]; ok && e.version == version && e.token == r.EnrollmentToken && e.mac == r.MAC {
+		e.at, e.reportedAt = now, now
+	}
 }
 
 // Forget drops what is known of a machine: an event at stream sequence
@@ -242,13 +289,14 @@ func (k *KnownMachines) due(now time.Time) []regapi.SelfRegister {
 	defer k.mu.Unlock()
 	var out []regapi.SelfRegister
 	for key, r := range k.pending {
-		if e, ok := k.entries[key]; ok && now.Sub(e.reportedAt) < k.reportEvery {
+		e, ok := k.entries[key]
+		if ok && now.Sub(e.reportedAt) < k.reportEvery {
 			continue
 		}
-		out = append(out, r)
+		out = append(out, *r)
 		delete(k.pending, key)
-		if e, ok := k.entries[key]; ok {
-			e.reportedAt = now
+		if ok {
+			e.reportedAt, e.queued = now, nil
 		}
 	}
 	bootReportsPending.Sub(float64(len(out)))
@@ -261,7 +309,7 @@ func (k *KnownMachines) requeue(r regapi.SelfRegister) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if _, newer := k.pending[r.UUID]; !newer {
-		k.pending[r.UUID] = r
+		k.pending[r.UUID] = &r
 		bootReportsPending.Inc()
 	}
 }
@@ -274,14 +322,16 @@ func (k *KnownMachines) Pending() int {
 }
 
 // reportWorkers bound the registry calls that reports make at once, so
-// that they never take more than that from the requests being served.
+// that they never take more than that from the requests being served
+// (when the registry takes no batches).
 const reportWorkers = 4
+
+// reportBatch is the most boots one batched report carries.
+const reportBatch = 500
 
 // Run reports the boots answered from memory to the registry until ctx
 // ends, then reports what is still queued (best effort, briefly).
-func (k *KnownMachines) Run(ctx context.Context, reg Registry, now func() time.Time, log interface {
-	DebugContext(context.Context, string, ...any)
-}) {
+func (k *KnownMachines) Run(ctx context.Context, reg Registry, now func() time.Time, log debugLog) {
 	tick := time.NewTicker(max(k.reportEvery/4, 10*time.Millisecond))
 	defer tick.Stop()
 	for {
@@ -303,19 +353,108 @@ func (k *KnownMachines) drain() []regapi.SelfRegister {
 	defer k.mu.Unlock()
 	out := make([]regapi.SelfRegister, 0, len(k.pending))
 	for key, r := range k.pending {
-		out = append(out, r)
+		out = append(out, *r)
 		delete(k.pending, key)
+		if e, ok := k.entries[key]; ok {
+			e.queued = nil
+		}
 	}
 	bootReportsPending.Sub(float64(len(out)))
 	return out
 }
 
-func (k *KnownMachines) report(ctx context.Context, reg Registry, now func() time.Time, log interface {
+type debugLog interface {
 	DebugContext(context.Context, string, ...any)
-}, boots []regapi.SelfRegister) {
-	if len(boots) == 0 {
-		return
+}
+
+// report sends boots to the registry: in batches when it takes them,
+// else (or when a batch fails: a registry that does not serve batches
+// yet) one by one.
+func (k *KnownMachines) report(ctx context.Context, reg Registry, now func() time.Time, log debugLog, boots []regapi.SelfRegister) {
+	br, batches := reg.(BootReporter)
+	for len(boots) > 0 {
+		chunk := boots[:min(len(boots), reportBatch)]
+		boots = boots[len(chunk):]
+		if !batches || !k.reportBatch(ctx, br, now, log, chunk) {
+			k.reportEach(ctx, reg, now, log, chunk)
+		}
 	}
+}
+
+// reportBatch reports boots in one request and takes in the registry's
+// answer for each, as reportEach does; false when the request failed as a
+// whole (nothing was taken in).
+func (k *KnownMachines) reportBatch(ctx context.Context, reg BootReporter, now func() time.Time, log debugLog, boots []regapi.SelfRegister) bool {
+	req := make([]regapi.ReportedIPXEBoot, len(boots))
+	k.mu.Lock()
+	for i, r := range boots {
+		req[i] = regapi.ReportedIPXEBoot{SelfRegister: r}
+		if e, ok := k.entries[r.UUID]; ok && e.token == r.EnrollmentToken {
+			req[i].Version = e.version // the answer leaves the machine out while it did not change
+		}
+	}
+	t := KnownTicket{gen: k.gen}
+	k.mu.Unlock()
+	results, err := reg.ReportIPXEBoots(ctx, req)
+	if err == nil && len(results) != len(boots) {
+		err = errs.Internal("the registry answered %d boots with %d results", len(boots), len(results))
+	}
+	if err != nil {
+		log.DebugContext(ctx, "iPXE boots not reported in a batch; reporting them one by one", "boots", len(boots), "err", err)
+		return false
+	}
+	// The answers that keep machines first: forgetting one (a refusal)
+	// voids the batch's ticket.
+	for i, res := range results {
+		r := boots[i]
+		switch {
+		case res.Error != nil:
+		case res.Machine == nil:
+			bootReports.WithLabelValues("sent").Inc()
+			k.refresh(t, r, res.Version, now())
+		default:
+			reply := regapi.SelfRegisterReply{MachineReply: regapi.MachineReply{Machine: *res.Machine, Version: res.Version}}
+			if waitReason(reply.Machine) == "" {
+				bootReports.WithLabelValues("sent").Inc()
+				k.Remember(t, r, reply.MachineReply, now())
+			}
+		}
+	}
+	for i, res := range results {
+		switch r := boots[i]; {
+		case res.Error != nil:
+			k.reported(ctx, log, r, regapi.SelfRegisterReply{}, res.Error)
+		case res.Machine != nil && waitReason(*res.Machine) != "":
+			k.reported(ctx, log, r, regapi.SelfRegisterReply{MachineReply: regapi.MachineReply{Machine: *res.Machine, Version: res.Version}}, nil)
+		}
+	}
+	return true
+}
+
+// reported counts the registry's answer to a reported boot and acts on a
+// refusal (the machine is asked about at its next boot) or a failure (the
+// boot is reported again); true when the machine still boots.
+func (k *KnownMachines) reported(ctx context.Context, log debugLog, r regapi.SelfRegister, reply regapi.SelfRegisterReply, err error) bool {
+	switch {
+	case err == nil && waitReason(reply.Machine) == "":
+		bootReports.WithLabelValues("sent").Inc()
+		return true
+	case err == nil || !errs.Is(err, errs.KindUnavailable):
+		// It waits now, or was refused: its next boot asks.
+		bootReports.WithLabelValues("refused").Inc()
+		k.forgetKey(r)
+	default:
+		// The registry is away: the boot is reported with the
+		// next round, unless a newer one takes its place.
+		bootReports.WithLabelValues("failed").Inc()
+		log.DebugContext(ctx, "iPXE boot not reported to the registry yet", "uuid", r.UUID, "err", err)
+		k.requeue(r)
+	}
+	return false
+}
+
+// reportEach reports boots one SelfRegister each, reportWorkers at once.
+func (k *KnownMachines) reportEach(ctx context.Context, reg Registry, now func() time.Time, log debugLog, boots []regapi.SelfRegister) {
 	work := make(chan regapi.SelfRegister)
 	var wg sync.WaitGroup
 	for range min(reportWorkers, len(boots)) {
@@ -323,20 +462,8 @@ func (k *KnownMachines) report(ctx context.Context, reg Registry, now func() tim
 			for r := range work {
 				t := k.Ticket()
 				reply, err := reg.SelfRegister(ctx, r)
-				switch {
-				case err == nil && waitReason(reply.Machine) == "":
-					bootReports.WithLabelValues("sent").Inc()
+				if k.reported(ctx, log, r, reply, err) {
 					k.Remember(t, r, reply.MachineReply, now())
-				case err == nil || !errs.Is(err, errs.KindUnavailable):
-					// It waits now, or was refused: its next boot asks.
-					bootReports.WithLabelValues("refused").Inc()
-					k.forgetKey(r)
-				default:
-					// The registry is away: the boot is reported with the
-					// next round, unless a newer one takes its place.
-					bootReports.WithLabelValues("failed").Inc()
-					log.DebugContext(ctx, "iPXE boot not reported to the registry yet", "uuid", r.UUID, "err", err)
-					k.requeue(r)
 				}
 			}
 		})

@@ -23,7 +23,7 @@ import (
 func (a *App) MachineScript(ctx context.Context, req ScriptRequest) Script {
 	const endpoint = "/ipxe"
 	q, ref := ipxe.ParseMachineQuery(req.RawQuery)
-	retry := ipxe.MachineURL(req.Base, q.Token, q.Attempt+1)
+	retry := a.machineURL(req.Base, q.Token, q.Attempt+1)
 	if ref != nil {
 		return a.refuse(ctx, endpoint, ref, q.Attempt, retry)
 	}
@@ -74,14 +74,21 @@ func (a *App) MachineScript(ctx context.Context, req ScriptRequest) Script {
 		if prep, refusal = a.prepareBoot(ctx, req, m, q, retry); refusal != nil {
 			return *refusal
 		}
-		if known {
+		switch {
+		case known:
 			a.Known.keepPrepared(kb, req.Base, prep)
+		case a.Known != nil:
+			// Remembered just now: its next boot finds the script prepared.
+			a.Known.keepPreparedFor(m, req.Base, prep)
 		}
 	}
-	tok := a.Keys.SignBoot(signing.BootClaims{
+	// The Ignition URL with its per-boot token is built in place (as
+	// ipxe.IgnitionURL would: the token's characters need no escaping).
+	var ub [512]byte
+	ignitionURL := a.Keys.AppendBoot(ipxe.AppendIgnitionURLPrefix(ub[:0], req.IgnitionBase, m.UUID), signing.BootClaims{
 		Org: m.Org, UUID: m.UUID, Pool: m.Pool, Revision: m.TargetRevision, Expires: now.Add(a.Settings.BootTokenTTL), Issued: now,
 	})
-	body, err := prep.script.AppendScript(nil, ipxe.IgnitionURL(req.IgnitionBase, m.UUID, tok), delay, retry)
+	body, err := prep.script.AppendScriptURL(req.Buf, ignitionURL, delay, retry)
 	if err != nil {
 		return a.refuse(ctx, endpoint, ipxe.Refuse(ipxe.ReasonConfigInvalid, "the boot script cannot be built: %v", err), q.Attempt, retry, "org", m.Org, "uuid", m.UUID)
 	}

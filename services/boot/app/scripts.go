@@ -17,6 +17,9 @@ type ScriptRequest struct {
 	// IgnitionBase is where the kernel's Ignition fetches its config
 	// (the HTTPS listener when TLS is configured).
 	IgnitionBase string
+	// Buf, when set, is scratch space a boot script is appended to (Body
+	// may then alias it): the caller reuses it once Body was written.
+	Buf []byte
 }
 
 // Script is an iPXE script and what it says. Every script is a valid

@@ -17,6 +17,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -65,8 +66,16 @@ type server struct {
 	o   HTTPOptions
 	log *slog.Logger
 	// lastBase is the last base URL a request's Host made that passed
-	// CheckBaseURL: firmware asks with the same Host, so it is checked once.
-	lastBase atomic.Pointer[string]
+	// CheckBaseURL: firmware asks with the same Host, so it is checked
+	// (and built) once.
+	lastBase atomic.Pointer[checkedBase]
+}
+
+// checkedBase is a base URL that passed CheckBaseURL, and what made it.
+type checkedBase struct {
+	host string
+	tls  bool
+	url  string
 }
 
 // NewHTTP returns the handler of one listener: every request in a server
@@ -110,11 +119,18 @@ var (
 	noStoreHeader    = []string{"no-store"}
 )
 
+// scriptBufs hold the scratch space boot scripts are built in (a script
+// is about 1.2 KiB; one that outgrows it gets its own): Write copies the
+// answer, so the buffer serves the next request.
+var scriptBufs = sync.Pool{New: func() any { b := make([]byte, 0, 2048); return &b }}
+
 // script serves an iPXE endpoint: always 200 and a script, whatever
 // happened, including a panic.
 func (s *server) script(endpoint string, fn func(context.Context, app.ScriptRequest) app.Script) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		req := app.ScriptRequest{RawQuery: r.URL.RawQuery, Base: s.baseURL(r)}
+		buf := scriptBufs.Get().(*[]byte)
+		defer scriptBufs.Put(buf)
+		req := app.ScriptRequest{RawQuery: r.URL.RawQuery, Base: s.baseURL(r), Buf: (*buf)[:0]}
 		req.IgnitionBase = s.ignitionBase(r, req.Base)
 		var sc app.Script
 		func() {
@@ -144,12 +160,12 @@ func (s *server) baseURL(r *http.Request) string {
 	if r.TLS != nil {
 		scheme = "https"
 	}
-	u := scheme + "://" + r.Host
-	if last := s.lastBase.Load(); last != nil && *last == u {
-		return u
+	if last := s.lastBase.Load(); last != nil && last.host == r.Host && last.tls == (r.TLS != nil) {
+		return last.url
 	}
+	u := scheme + "://" + r.Host
 	if r.Host != "" && ipxe.CheckBaseURL(u) == nil {
-		s.lastBase.Store(&u)
+		s.lastBase.Store(&checkedBase{host: r.Host, tls: r.TLS != nil, url: u})
 		return u
 	}
 	if a, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok {
@@ -436,21 +452,32 @@ func recoverer(log *slog.Logger, next http.Handler) http.Handler {
 func accessLog(log *slog.Logger, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+		sw := statusWriters.Get().(*statusWriter)
+		*sw = statusWriter{ResponseWriter: w, status: http.StatusOK, head: sw.head[:0]}
+		// The server no longer lets anyone use w once ServeHTTP returned.
+		defer func() { sw.ResponseWriter = nil; statusWriters.Put(sw) }()
 		next.ServeHTTP(sw, r)
 		level := slog.LevelInfo
-		attrs := []any{"method", r.Method, "path", r.URL.Path, "status", sw.status,
-			"bytes", sw.bytes, "duration_ms", time.Since(start).Milliseconds(), "remote", r.RemoteAddr}
 		switch {
 		case sw.status >= 500:
 			level = slog.LevelWarn
-			attrs = append(attrs, "answer", strings.TrimSpace(string(sw.head)))
 		case sw.status < 400 && strings.HasPrefix(r.URL.Path, "/agent/"):
 			level = slog.LevelDebug
+		}
+		if !log.Enabled(r.Context(), level) {
+			return // nothing to build the line for
+		}
+		attrs := []any{"method", r.Method, "path", r.URL.Path, "status", sw.status,
+			"bytes", sw.bytes, "duration_ms", time.Since(start).Milliseconds(), "remote", r.RemoteAddr}
+		if sw.status >= 500 {
+			attrs = append(attrs, "answer", strings.TrimSpace(string(sw.head)))
 		}
 		log.Log(r.Context(), level, "request served", attrs...)
 	})
 }
+
+// statusWriters are reused: every request has one.
+var statusWriters = sync.Pool{New: func() any { return new(statusWriter) }}
 
 // failureHead is how much of a 5xx answer the access log keeps.
 const failureHead = 300

@@ -17,6 +17,15 @@ import (
 // each deciding on the state the previous ones left, and appends all their
 // events at once.
 func (a *App) MachineCommand(ctx context.Context, orgID, uuidIn string, expected uint64, cmds ...machine.Command) (api.MachineReply, error) {
+	return a.machineCommand(ctx, orgID, uuidIn, expected, nil, cmds...)
+}
+
+// versionFunc reads an aggregate's version, as aggregate.Executor.Version.
+type versionFunc = func(ctx context.Context, ref events.AggregateRef) (uint64, error)
+
+// machineCommand is MachineCommand whose decisions on the read model's
+// copy that append nothing are confirmed by confirm (nil: App.Versions).
+func (a *App) machineCommand(ctx context.Context, orgID, uuidIn string, expected uint64, confirm versionFunc, cmds ...machine.Command) (api.MachineReply, error) {
 	now := a.Now()
 	cmds = a.withSettings(cmds)
 	uuid, err := a.machineRef(orgID, uuidIn)
@@ -27,7 +36,11 @@ func (a *App) MachineCommand(ctx context.Context, orgID, uuidIn string, expected
 	// last is the machine as it last existed in the decision that stood:
 	// what a deletion answers with.
 	var last machine.State
-	res, err := a.machines().Execute(ctx, aggregate.Command[machine.State]{Ref: ref, Expected: expected,
+	x := a.machines()
+	if confirm != nil {
+		x.Version = confirm
+	}
+	res, err := x.Execute(ctx, aggregate.Command[machine.State]{Ref: ref, Expected: expected,
 		Cached: func() (machine.State, uint64, bool) {
 			m, err := a.Machines.Model().Get(orgID, uuid)
 			if err != nil {

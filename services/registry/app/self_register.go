@@ -27,6 +27,13 @@ func (a *App) SelfRegister(ctx context.Context, r api.SelfRegister) (api.SelfReg
 	if err != nil {
 		return api.SelfRegisterReply{}, err
 	}
+	return a.selfRegister(ctx, r, p, nil)
+}
+
+// selfRegister is SelfRegister once the token is verified (p). confirm,
+// when set, confirms a decision on the read model's copy instead of
+// App.Versions (see machineCommand).
+func (a *App) selfRegister(ctx context.Context, r api.SelfRegister, p api.Principal, confirm versionFunc) (api.SelfRegisterReply, error) {
 	at := r.At
 	if at.IsZero() {
 		at = a.Now()
@@ -40,7 +47,7 @@ func (a *App) SelfRegister(ctx context.Context, r api.SelfRegister) (api.SelfReg
 		}
 		admitted = true
 	}
-	reply, err := a.MachineCommand(ctx, p.Org, r.UUID, 0,
+	reply, err := a.machineCommand(ctx, p.Org, r.UUID, 0, confirm,
 		machine.Register{UUID: r.UUID, MAC: r.MAC, EnrollmentTokenID: p.TokenID, At: at}, machine.RecordIPXEBoot{At: at, RetryIn: r.RetryIn})
 	created := err == nil && slices.Contains(reply.Events, registered)
 	switch {

@@ -31,6 +31,7 @@ func Register(srv *command.Server, a *app.App) error {
 	}
 	return firstErr(
 		command.Handle(srv, api.SubjectRegister, a.SelfRegister),
+		command.Handle(srv, api.SubjectReportIPXEBoots, a.ReportIPXEBoots),
 		command.Handle(srv, api.SubjectHeartbeat, func(ctx context.Context, r api.Heartbeat) (struct{}, error) {
 			return struct{}{}, a.Heartbeat(ctx, r)
 		}),

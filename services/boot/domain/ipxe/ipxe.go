@@ -135,11 +135,11 @@ func ParseMachineQuery(raw string) (MachineQuery, *Refusal) {
 	if _, ref := checkToken(v); ref != nil {
 		return q, ref
 	}
-	id, err := ParseUUID(v.Get("uuid"))
+	id, err := ParseUUID(v.get(pUUID))
 	if err != nil {
 		return q, Refuse(ReasonUUIDInvalid, "the machine UUID %s", err.Error())
 	}
-	mac, err := ParseMAC(v.Get("mac"))
+	mac, err := ParseMAC(v.get(pMAC))
 	if err != nil {
 		return q, Refuse(ReasonMACInvalid, "the MAC address %s", err.Error())
 	}
@@ -147,41 +147,97 @@ func ParseMachineQuery(raw string) (MachineQuery, *Refusal) {
 	return q, nil
 }
 
-// values parses a query, refusing oversized ones and repeated parameters.
-// What could be parsed is returned even with a refusal.
-func values(raw string) (url.Values, *Refusal) {
-	if len(raw) > MaxQueryLen {
-		return url.Values{}, Refuse(ReasonQueryTooLong, "the query is %d bytes long; at most %d are read", len(raw), MaxQueryLen)
-	}
-	v, err := url.ParseQuery(raw)
-	if err != nil {
-		return v, Refuse(ReasonBadQuery, "the query is malformed (bad %%-escape or separator)")
-	}
-	for _, k := range []string{"uuid", "mac", "token", "attempt"} {
-		if len(v[k]) > 1 {
-			return v, Refuse(ReasonBadQuery, "the parameter %s is given %d times", k, len(v[k]))
-		}
-	}
-	return v, nil
+// params holds the parameters the iPXE endpoints read: the first value
+// of each (as url.Values.Get) and how many times it was given.
+type params struct {
+	val [len(paramNames)]string
+	n   [len(paramNames)]int
 }
 
-func attempt(v url.Values) int {
-	n, err := strconv.Atoi(v.Get("attempt"))
+// paramNames are the parameters the iPXE endpoints read, indexed by the
+// p* constants.
+var paramNames = [...]string{"uuid", "mac", "token", "attempt"}
+
+const (
+	pUUID = iota
+	pMAC
+	pToken
+	pAttempt
+)
+
+func (p *params) get(i int) string { return p.val[i] }
+
+func (p *params) add(key, value string) {
+	for i, name := range paramNames {
+		if key == name {
+			if p.n[i] == 0 {
+				p.val[i] = value
+			}
+			p.n[i]++
+			return
+		}
+	}
+}
+
+// values parses a query, refusing oversized ones and repeated parameters.
+// What could be parsed is returned even with a refusal.
+func values(raw string) (params, *Refusal) {
+	var p params
+	if len(raw) > MaxQueryLen {
+		return p, Refuse(ReasonQueryTooLong, "the query is %d bytes long; at most %d are read", len(raw), MaxQueryLen)
+	}
+	if strings.ContainsAny(raw, "%+;") {
+		// Escapes, or a separator url.ParseQuery refuses: parsed by it.
+		v, err := url.ParseQuery(raw)
+		for i, name := range paramNames {
+			if vs := v[name]; len(vs) > 0 {
+				p.val[i], p.n[i] = vs[0], len(vs)
+			}
+		}
+		if err != nil {
+			return p, Refuse(ReasonBadQuery, "the query is malformed (bad %%-escape or separator)")
+		}
+	} else {
+		// Nothing to unescape: what url.ParseQuery would read, without
+		// building its map (every boot of a rack comes through here).
+		for rest := raw; rest != ""; {
+			var pair string
+			pair, rest, _ = strings.Cut(rest, "&")
+			if pair != "" {
+				key, value, _ := strings.Cut(pair, "=")
+				p.add(key, value)
+			}
+		}
+	}
+	for i, name := range paramNames {
+		if p.n[i] > 1 {
+			return p, Refuse(ReasonBadQuery, "the parameter %s is given %d times", name, p.n[i])
+		}
+	}
+	return p, nil
+}
+
+func attempt(p params) int {
+	s := p.get(pAttempt)
+	if s == "" {
+		return 0 // no error to allocate
+	}
+	n, err := strconv.Atoi(s)
 	if err != nil || n < 0 {
 		return 0
 	}
 	return min(n, MaxAttempt)
 }
 
-func carriedToken(v url.Values) string {
-	if t := v["token"]; len(t) == 1 && len(t[0]) <= MaxTokenLen {
-		return t[0]
+func carriedToken(p params) string {
+	if t := p.get(pToken); p.n[pToken] == 1 && len(t) <= MaxTokenLen {
+		return t
 	}
 	return ""
 }
 
-func checkToken(v url.Values) (string, *Refusal) {
-	t := v.Get("token")
+func checkToken(p params) (string, *Refusal) {
+	t := p.get(pToken)
 	switch {
 	case t == "":
 		return "", Refuse(ReasonTokenMissing, "the chain URL has no enrollment token; add token=<enrollment token> to it")
@@ -215,7 +271,10 @@ func ParseUUID(s string) (string, error) {
 	if len(s) != 36 {
 		return "", fmt.Errorf("must be 36 characters (xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx), got %d", len(s))
 	}
-	b := []byte(s)
+	var buf [36]byte
+	b := buf[:]
+	copy(b, s)
+	lower := true
 	zeros, effs := 0, 0
 	for i, c := range b {
 		switch i {
@@ -228,7 +287,7 @@ func ParseUUID(s string) (string, error) {
 		switch {
 		case c >= '0' && c <= '9', c >= 'a' && c <= 'f':
 		case c >= 'A' && c <= 'F':
-			b[i] = c + 'a' - 'A'
+			b[i], lower = c+'a'-'A', false
 		default:
 			return "", fmt.Errorf("must hold only hexadecimal digits and dashes")
 		}
@@ -244,6 +303,9 @@ func ParseUUID(s string) (string, error) {
 	}
 	if effs == 32 {
 		return "", fmt.Errorf("is all F, which unprogrammed firmware reports; set a real SMBIOS UUID on this machine")
+	}
+	if lower {
+		return s, nil // already canonical: nothing to copy
 	}
 	return string(b), nil
 }
@@ -261,7 +323,9 @@ func ParseMAC(s string) (string, error) {
 	if sep != '-' && sep != ':' {
 		return "", fmt.Errorf("must look like 52-54-00-12-34-56")
 	}
-	out := []byte(s)
+	var buf [17]byte
+	out := buf[:]
+	copy(out, s)
 	nonzero := false
 	for i, c := range out {
 		if i%3 == 2 {
@@ -350,15 +414,24 @@ func CheckBaseURL(s string) error {
 // command line take literally.
 func inert(s string) bool {
 	for i := 0; i < len(s); i++ {
-		c := s[i]
-		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
-			strings.IndexByte("-._~:/%[]@+,;=*!()", c) >= 0
-		if !ok {
+		if !inertByte(s[i]) {
 			return false
 		}
 	}
 	return true
 }
+
+func inertByte(c byte) bool { return inertBytes[c] }
+
+// inertBytes are the characters inert accepts, looked up per byte: every
+// boot script checks its URLs with it.
+var inertBytes = func() (t [256]bool) {
+	for c := range t {
+		t[c] = c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+			strings.IndexByte("-._~:/%[]@+,;=*!()", byte(c)) >= 0
+	}
+	return t
+}()
 
 // ChainURL is /boot.ipxe on base with the token and attempt.
 func ChainURL(base, token string, attempt int) string {
@@ -368,16 +441,31 @@ func ChainURL(base, token string, attempt int) string {
 // MachineURL is /ipxe on base, with iPXE's own UUID and MAC templates, the
 // token and the attempt counter.
 func MachineURL(base, token string, attempt int) string {
-	u := strings.TrimSuffix(base, "/") + "/ipxe?uuid=" + UUIDTemplate + "&mac=" + MACTemplate + "&token=" + url.QueryEscape(token)
-	if attempt > 0 {
-		u += "&attempt=" + strconv.Itoa(clampAttempt(attempt))
+	if attempt > 0 { // one concatenation: every script carries this URL
+		return strings.TrimSuffix(base, "/") + "/ipxe?uuid=" + UUIDTemplate + "&mac=" + MACTemplate + "&token=" + url.QueryEscape(token) +
+			"&attempt=" + strconv.Itoa(clampAttempt(attempt))
 	}
-	return u
+	return strings.TrimSuffix(base, "/") + "/ipxe?uuid=" + UUIDTemplate + "&mac=" + MACTemplate + "&token=" + url.QueryEscape(token)
 }
 
 // IgnitionURL is /ignition on base for a machine and its per-boot token.
 func IgnitionURL(base, uuid, bootToken string) string {
-	return strings.TrimSuffix(base, "/") + "/ignition?uuid=" + url.QueryEscape(uuid) + "&token=" + url.QueryEscape(bootToken)
+	return IgnitionURLPrefix(base, uuid) + url.QueryEscape(bootToken)
+}
+
+// IgnitionURLPrefix is IgnitionURL up to its token, which a caller
+// appending a per-boot token made of unreserved characters (base64url and
+// '.', as signing makes them) appends as it is.
+func IgnitionURLPrefix(base, uuid string) string {
+	return strings.TrimSuffix(base, "/") + "/ignition?uuid=" + url.QueryEscape(uuid) + "&token="
+}
+
+// AppendIgnitionURLPrefix is IgnitionURLPrefix appended to dst.
+func AppendIgnitionURLPrefix(dst []byte, base, uuid string) []byte {
+	dst = append(dst, strings.TrimSuffix(base, "/")...)
+	dst = append(dst, "/ignition?uuid="...)
+	dst = append(dst, url.QueryEscape(uuid)...)
+	return append(dst, "&token="...)
 }
 
 func clampAttempt(n int) int { return min(max0(n), MaxAttempt) }

@@ -272,14 +272,7 @@ func TestLintCatchesInjection(t *testing.T) {
 // TestPreparedBootRetriesAsEveryScript: a boot script prepared once and
 // completed per request retries exactly as the scripts the builder writes.
 func TestPreparedBootRetriesAsEveryScript(t *testing.T) {
-	asset, err := AssetBase("http://mirror.local/flatcar", "stable", "4230.2.3")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := PrepareBoot(Boot{Messages: []string{"machine " + uuid + " boots"}, AssetBase: asset, KernelArgs: []string{"console=tty0"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := preparedBoot(t)
 	for _, delay := range []int{0, 1, 7, 300} {
 		retry := MachineURL(base, token, 2)
 		s, err := p.AppendScript(nil, IgnitionURL(base, uuid, "pb1.abc.def"), delay, retry)
@@ -299,4 +292,18 @@ func TestPreparedBootRetriesAsEveryScript(t *testing.T) {
 			t.Fatalf("lint: %v\n%s", err, s)
 		}
 	}
+}
+
+// preparedBoot is a machine's boot script prepared from a local mirror.
+func preparedBoot(t *testing.T) *PreparedBoot {
+	t.Helper()
+	asset, err := AssetBase("http://mirror.local/flatcar", "stable", "4230.2.3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := PrepareBoot(Boot{Messages: []string{"machine " + uuid + " boots"}, AssetBase: asset, KernelArgs: []string{"console=tty0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

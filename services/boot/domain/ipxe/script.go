@@ -1,11 +1,12 @@
 package ipxe
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"unicode/utf8"
 )
 
@@ -184,9 +185,15 @@ type PreparedBoot struct {
 	head string // up to the Ignition URL in the kernel line
 	tail string // after it, up to and with ":failed"
 	base string
-	// failed holds the echoed "could not load" lines per retry delay:
-	// the delays a machine is told are few.
-	failed sync.Map
+	// failed holds the echoed "could not load" lines per retry delay, in
+	// the slot delay%len: the delays a machine is told are few and close
+	// together (a back-off step and its jitter).
+	failed [8]atomic.Pointer[failedLines]
+}
+
+type failedLines struct {
+	delay int
+	text  string
 }
 
 // PrepareBoot checks and renders what BootScript renders of s, but for
@@ -228,38 +235,82 @@ func (p *PreparedBoot) Script(ignitionURL string, retryDelay int, retryURL strin
 // of the script if it is nil: the bytes an HTTP answer writes as they are.
 func (p *PreparedBoot) AppendScript(dst []byte, ignitionURL string, retryDelay int, retryURL string) ([]byte, error) {
 	if !strings.Contains(ignitionURL, "/ignition?") || !urlChars(ignitionURL) {
-		return dst, errors.New("ignition URL was not built by IgnitionURL")
+		return dst, errIgnitionURL
 	}
+	dst, delay, failed := p.appendHead(dst, len(ignitionURL), retryDelay, retryURL)
+	return p.appendTail(append(dst, ignitionURL...), failed, delay, retryURL), nil
+}
+
+// AppendScriptURL is AppendScript with the Ignition URL in bytes (built
+// with AppendIgnitionURLPrefix and the per-boot token), which it copies.
+func (p *PreparedBoot) AppendScriptURL(dst, ignitionURL []byte, retryDelay int, retryURL string) ([]byte, error) {
+	if !bytes.Contains(ignitionURL, []byte("/ignition?")) || !urlBytes(ignitionURL) {
+		return dst, errIgnitionURL
+	}
+	dst, delay, failed := p.appendHead(dst, len(ignitionURL), retryDelay, retryURL)
+	return p.appendTail(append(dst, ignitionURL...), failed, delay, retryURL), nil
+}
+
+var errIgnitionURL = errors.New("ignition URL was not built by IgnitionURL")
+
+// appendHead appends what precedes an Ignition URL of urlLen bytes, to
+// a dst of the script's size when it is nil, and returns the retry delay
+// and its "could not load" lines.
+func (p *PreparedBoot) appendHead(dst []byte, urlLen, retryDelay int, retryURL string) ([]byte, int, string) {
+	delay, failed := p.failedLines(retryDelay)
+	if dst == nil {
+		dst = make([]byte, 0, len(p.head)+urlLen+len(p.tail)+len(failed)+
+			len("sleep \n:retry\nchain --replace --autofree  || goto unreachable\n")+len(strconv.Itoa(delay))+len(retryURL)+len(unreachableTail))
+	}
+	return append(dst, p.head...), delay, failed
+}
+
+// failedLines are the echoed "could not load" lines for a retry delay.
+func (p *PreparedBoot) failedLines(retryDelay int) (int, string) {
 	delay := max1(retryDelay)
-	failed, ok := p.failed.Load(delay)
-	if !ok {
+	slot := &p.failed[delay%len(p.failed)]
+	failed := slot.Load()
+	if failed == nil || failed.delay != delay {
 		e := &builder{}
 		e.echo(fmt.Sprintf("could not load Flatcar from %s; asking the boot service again in %d seconds", p.base, delay))
-		failed, _ = p.failed.LoadOrStore(delay, e.b.String())
+		failed = &failedLines{delay: delay, text: e.b.String()}
+		slot.Store(failed)
 	}
-	sleep := strconv.Itoa(delay)
-	if dst == nil {
-		dst = make([]byte, 0, len(p.head)+len(ignitionURL)+len(p.tail)+len(failed.(string))+
-			len("sleep \n:retry\nchain --replace --autofree  || goto unreachable\n")+len(sleep)+len(retryURL)+len(unreachableTail))
-	}
-	dst = append(dst, p.head...)
-	dst = append(dst, ignitionURL...)
+	return delay, failed.text
+}
+
+// appendTail appends what follows the Ignition URL.
+func (p *PreparedBoot) appendTail(dst []byte, failed string, delay int, retryURL string) []byte {
 	dst = append(dst, p.tail...)
-	dst = append(dst, failed.(string)...)
+	dst = append(dst, failed...)
 	// retryTail, appended
 	dst = append(dst, "sleep "...)
-	dst = append(dst, sleep...)
+	dst = strconv.AppendInt(dst, int64(delay), 10)
 	dst = append(dst, "\n:retry\nchain --replace --autofree "...)
 	dst = append(dst, retryURL...)
 	dst = append(dst, " || goto unreachable\n"...)
-	dst = append(dst, unreachableTail...)
-	return dst, nil
+	return append(dst, unreachableTail...)
 }
 
 // urlChars reports whether s holds only what url.QueryEscape, a checked
 // base URL and the query separators produce.
 func urlChars(s string) bool {
-	return inert(strings.ReplaceAll(strings.ReplaceAll(s, "&", ""), "?", ""))
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c != '&' && c != '?' && !inertByte(c) {
+			return false
+		}
+	}
+	return true
+}
+
+// urlBytes is urlChars for bytes.
+func urlBytes(b []byte) bool {
+	for _, c := range b {
+		if c != '&' && c != '?' && !inertByte(c) {
+			return false
+		}
+	}
+	return true
 }
 
 // Lint checks a script the way the tests (and the fuzzers) want every

@@ -103,15 +103,37 @@ func mac(key []byte, parts ...string) []byte {
 	defer pool.Put(st)
 	st.h.Reset()
 	for _, p := range parts {
-		// Length-prefixed, so that no two different part lists collide
-		// ("<len>:<part>;").
-		st.buf = strconv.AppendInt(st.buf[:0], int64(len(p)), 10)
-		st.buf = append(st.buf, ':')
-		st.buf = append(st.buf, p...)
-		st.buf = append(st.buf, ';')
-		st.h.Write(st.buf)
+		st.write(p)
 	}
 	return st.h.Sum(nil)
+}
+
+// write hashes one part, length-prefixed, so that no two different part
+// lists collide ("<len>:<part>;").
+func (st *macState) write(p string) {
+	st.buf = strconv.AppendInt(st.buf[:0], int64(len(p)), 10)
+	st.buf = append(st.buf, ':')
+	st.buf = append(st.buf, p...)
+	st.buf = append(st.buf, ';')
+	st.h.Write(st.buf)
+}
+
+// appendMAC appends mac(key, prefix, string(payload)) to dst without
+// copying payload into a string.
+func appendMAC(dst, key []byte, prefix string, payload []byte) []byte {
+	pool := macPool(key)
+	st := pool.Get().(*macState)
+	defer pool.Put(st)
+	st.h.Reset()
+	st.write(prefix)
+	st.buf = strconv.AppendInt(st.buf[:0], int64(len(payload)), 10)
+	st.buf = append(st.buf, ':')
+	st.buf = append(st.buf, payload...)
+	st.buf = append(st.buf, ';')
+	st.h.Write(st.buf)
+	// Summed into the state's buffer: dst, given to the hash, would escape.
+	st.sum = st.h.Sum(st.sum[:0])
+	return append(dst, st.sum...)
 }
 
 // macPools keeps keyed HMAC states per key (by the address of its first
@@ -122,6 +144,7 @@ var macPools sync.Map // *byte -> *sync.Pool of *macState
 type macState struct {
 	h   hash.Hash
 	buf []byte
+	sum []byte
 }
 
 func macPool(key []byte) *sync.Pool {
@@ -186,10 +209,25 @@ const (
 // the UUID canonical, so none holds the '|' separator. Issued is kept to
 // the millisecond (a zero Issued is taken as the start of 1970).
 func (k Keys) SignBoot(c BootClaims) string {
-	payload := strings.Join([]string{c.Org, c.UUID, c.Pool, strconv.FormatUint(c.Revision, 10), strconv.FormatInt(c.Expires.Unix(), 10),
-		strconv.FormatInt(max(c.Issued.UnixMilli(), 1), 10)}, "|")
-	sig := mac(k.boot[0], bootPrefix, payload)
-	return bootPrefix + "." + b64.EncodeToString([]byte(payload)) + "." + b64.EncodeToString(sig)
+	var tb [512]byte
+	return string(k.AppendBoot(tb[:0], c))
+}
+
+// AppendBoot appends SignBoot(c) to dst: every /ipxe that boots signs
+// one, built in place.
+func (k Keys) AppendBoot(dst []byte, c BootClaims) []byte {
+	var pb [256]byte
+	payload := append(pb[:0], c.Org...)
+	payload = append(append(payload, '|'), c.UUID...)
+	payload = append(append(payload, '|'), c.Pool...)
+	payload = strconv.AppendUint(append(payload, '|'), c.Revision, 10)
+	payload = strconv.AppendInt(append(payload, '|'), c.Expires.Unix(), 10)
+	payload = strconv.AppendInt(append(payload, '|'), max(c.Issued.UnixMilli(), 1), 10)
+	var sb [sha256.Size]byte
+	sig := appendMAC(sb[:0], k.boot[0], bootPrefix, payload)
+	dst = append(dst, bootPrefix+"."...)
+	dst = append(b64.AppendEncode(dst, payload), '.')
+	return b64.AppendEncode(dst, sig)
 }
 
 // VerifyBoot checks a per-boot token presented for machine uuid at now.
