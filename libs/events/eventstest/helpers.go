@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Connect opens another connection to e's server for t, closed at t's
@@ -160,4 +161,24 @@ func Parallel(n, workers int, fn func(i int) error) (time.Duration, error) {
 		return 0, err
 	}
 	return time.Since(start), nil
+}
+
+// WaitConsumersCaughtUp waits (at most within) until every consumer of
+// stream has delivered and had acknowledged every message: a benchmark
+// calls it after its setup, so that neither side of a comparison pays for
+// the services' catching up with the setup's events.
+func WaitConsumersCaughtUp(t testing.TB, js jetstream.JetStream, stream string, within time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	st, err := js.Stream(ctx, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	Eventually(t, "every consumer of "+stream+" caught up", within, 50*time.Millisecond, func() (bool, string) {
+		pending := 0
+		for ci := range st.ListConsumers(ctx).Info() {
+			pending += int(ci.NumPending) + ci.NumAckPending
+		}
+		return pending == 0, fmt.Sprintf("%d messages pending", pending)
+	})
 }

@@ -12,6 +12,7 @@ import (
 	"text/template"
 	"time"
 
+	"github.com/anvil-fleet/anvil/libs/events"
 	"github.com/anvil-fleet/anvil/libs/events/eventstest"
 	"github.com/anvil-fleet/anvil/services/boot/service"
 )
@@ -180,6 +181,10 @@ func ipxeVsMatchbox(b *testing.B, fromMemory bool) {
 	go func() { _ = mbSrv.Serve(ln) }()
 	b.Cleanup(func() { _ = mbSrv.Close() })
 	mbURL := "http://" + ln.Addr().String()
+	// The services follow the setup's events (registrations, assignments,
+	// targets): the storms are measured once they caught up, so that
+	// neither side's rounds pay for that work.
+	eventstest.WaitConsumersCaughtUp(b, s.env.JS, events.StreamName, 5*time.Minute)
 
 	storm := func(base, want string) (time.Duration, error) {
 		return eventstest.Parallel(n*rounds/2, conns, func(j int) error {

@@ -86,17 +86,7 @@ func loadMachines(b *testing.B, s *stack, org string, n int) {
 	// The other services (boot, revisions) follow the same events: the
 	// reads are measured once every consumer of the log has caught up, so
 	// that neither side's rounds pay for that work.
-	st, err := s.env.JS.Stream(ctx, events.StreamName)
-	if err != nil {
-		b.Fatal(err)
-	}
-	eventstest.Eventually(b, "every consumer of the log caught up", 5*time.Minute, 50*time.Millisecond, func() (bool, string) {
-		pending := 0
-		for ci := range st.ListConsumers(ctx).Info() {
-			pending += int(ci.NumPending) + ci.NumAckPending
-		}
-		return pending == 0, fmt.Sprintf("%d events pending", pending)
-	})
+	eventstest.WaitConsumersCaughtUp(b, s.env.JS, events.StreamName, 5*time.Minute)
 	b.Logf("loaded %d machines: published in %s, projected after %s, every consumer caught up after %s",
 		n, published.Round(time.Millisecond), projected.Round(time.Millisecond), time.Since(t0).Round(time.Millisecond))
 }
