@@ -341,7 +341,7 @@ func call[Req any](ctx context.Context, span trace.Span, nc *nats.Conn, subject 
 		span.SetStatus(codes.Error, err.Error())
 		switch {
 		case errors.Is(err, nats.ErrNoResponders):
-			return nil, errs.Unavailable("no service answers %s", subject)
+			return nil, noResponder{err: errs.Unavailable("no service answers %s", subject)}
 		case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
 			return nil, errs.Unavailable("%s did not answer in time", subject)
 		default:
@@ -427,3 +427,16 @@ func jsonError(err error) error {
 		return errs.Invalid("body", "%v", err)
 	}
 }
+
+// noResponder is the error of a call that no service answered: an
+// unavailable errs.Error that IsNoResponder tells from a call that timed
+// out or failed otherwise.
+type noResponder struct{ err *errs.Error }
+
+func (e noResponder) Error() string   { return e.err.Error() }
+func (e noResponder) Unwrap() []error { return []error{e.err, nats.ErrNoResponders} }
+
+// IsNoResponder reports whether a call failed because no service serves
+// its subject (none running, or none that knows the subject yet), rather
+// than because one did not answer in time.
+func IsNoResponder(err error) bool { return errors.Is(err, nats.ErrNoResponders) }

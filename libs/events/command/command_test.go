@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -268,5 +269,27 @@ func TestHandleAppend(t *testing.T) {
 	}
 	if _, err := command.CallJSON(ctx, env.Conn, "cmd.t.append", map[string]any{"colour": 1}); !errs.Is(err, errs.KindValidation) {
 		t.Fatalf("unknown field: %v", err)
+	}
+}
+
+// A call no service answers is unavailable, and says so apart from one
+// that timed out.
+func TestNoResponder(t *testing.T) {
+	env := eventstest.Start(t, events.NewRegistry())
+	ctx := context.Background()
+	_, err := command.Call[struct{}, struct{}](ctx, env.Conn, "cmd.nobody.here", struct{}{})
+	if !command.IsNoResponder(err) || !errs.Is(err, errs.KindUnavailable) || errs.As(err).Kind != errs.KindUnavailable {
+		t.Fatalf("no responder: %v (IsNoResponder %v)", err, command.IsNoResponder(err))
+	}
+	sub, err := env.Conn.Subscribe("cmd.slow", func(*nats.Msg) {}) // never answers
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	_, err = command.Call[struct{}, struct{}](short, env.Conn, "cmd.slow", struct{}{})
+	if err == nil || command.IsNoResponder(err) || !errs.Is(err, errs.KindUnavailable) {
+		t.Fatalf("timed out: %v (IsNoResponder %v)", err, command.IsNoResponder(err))
 	}
 }

@@ -2,9 +2,12 @@ package app
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/anvil-fleet/anvil/libs/events/errs"
 	regapi "github.com/anvil-fleet/anvil/services/registry/api"
@@ -101,16 +104,10 @@ func TestKnownMachinesReportInBatches(t *testing.T) {
 // a rolling upgrade) gets the boots one SelfRegister each.
 func TestKnownMachinesFallBackToOneReportEach(t *testing.T) {
 	const u = "4c4c4544-0035-4b10-8056-000000000021"
-	k := NewKnownMachines(time.Hour, 10*time.Second)
-	k.Remember(k.Ticket(), bootOf(u), booting(u, 5), knownT0)
-	if _, ok := k.Boot(bootOf(u), knownT0.Add(time.Second)); !ok {
-		t.Fatal("not known")
-	}
-	reg := &batchRegistry{stubRegistry: stubRegistry{reply: func(regapi.SelfRegister) (regapi.SelfRegisterReply, error) {
-		return regapi.SelfRegisterReply{MachineReply: booting(u, 6)}, nil
-	}}}
+	k, reg := knownWithBatchRegistry(t, u)
+	// what command.Call answers when no one serves the subject
 	reg.answer = func([]regapi.ReportedIPXEBoot) ([]regapi.IPXEBootResult, error) {
-		return nil, errs.Unavailable("no service answers %s", regapi.SubjectReportIPXEBoots)
+		return nil, fmt.Errorf("no service answers %s: %w", regapi.SubjectReportIPXEBoots, nats.ErrNoResponders)
 	}
 	k.report(context.Background(), reg, func() time.Time { return knownT0.Add(20 * time.Second) }, discardLog{}, k.drain())
 	if len(reg.batches) != 1 || len(reg.calls) != 1 || k.Pending() != 0 {
@@ -119,4 +116,32 @@ func TestKnownMachinesFallBackToOneReportEach(t *testing.T) {
 	if kb, ok := k.Boot(bootOf(u), knownT0.Add(time.Hour+time.Second)); !ok || kb.entry.version != 6 {
 		t.Fatalf("the one-by-one answer was not kept: %v", ok)
 	}
+}
+
+// A batch the registry did not answer in time may still be under way
+// there: its boots wait for the next round instead of going one by one.
+func TestKnownMachinesRequeueABatchNotAnswered(t *testing.T) {
+	const u = "4c4c4544-0035-4b10-8056-000000000022"
+	k, reg := knownWithBatchRegistry(t, u)
+	reg.answer = func([]regapi.ReportedIPXEBoot) ([]regapi.IPXEBootResult, error) {
+		return nil, errs.Unavailable("%s did not answer in time", regapi.SubjectReportIPXEBoots)
+	}
+	k.report(context.Background(), reg, func() time.Time { return knownT0.Add(20 * time.Second) }, discardLog{}, k.drain())
+	if len(reg.batches) != 1 || len(reg.calls) != 0 || k.Pending() != 1 {
+		t.Fatalf("batches %d, calls %d, pending %d; want the boot queued again, not sent alone", len(reg.batches), len(reg.calls), k.Pending())
+	}
+}
+
+// knownWithBatchRegistry knows machine u, booted once, and a registry whose
+// SelfRegister answers it at version 6 (its batch answer is the test's).
+func knownWithBatchRegistry(t *testing.T, u string) (*KnownMachines, *batchRegistry) {
+	t.Helper()
+	k := NewKnownMachines(time.Hour, 10*time.Second)
+	k.Remember(k.Ticket(), bootOf(u), booting(u, 5), knownT0)
+	if _, ok := k.Boot(bootOf(u), knownT0.Add(time.Second)); !ok {
+		t.Fatal("not known")
+	}
+	return k, &batchRegistry{stubRegistry: stubRegistry{reply: func(regapi.SelfRegister) (regapi.SelfRegisterReply, error) {
+		return regapi.SelfRegisterReply{MachineReply: booting(u, 6)}, nil
+	}}}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
+	"github.com/anvil-fleet/anvil/libs/events/command"
 	"github.com/anvil-fleet/anvil/libs/events/errs"
 	regapi "github.com/anvil-fleet/anvil/services/registry/api"
 )
@@ -400,8 +401,19 @@ func (k *KnownMachines) reportBatch(ctx context.Context, reg BootReporter, now f
 		err = errs.Internal("the registry answered %d boots with %d results", len(boots), len(results))
 	}
 	if err != nil {
-		log.DebugContext(ctx, "iPXE boots not reported in a batch; reporting them one by one", "boots", len(boots), "err", err)
-		return false
+		if command.IsNoResponder(err) {
+			// a registry that does not serve batches (yet: a rolling upgrade)
+			log.DebugContext(ctx, "iPXE boots not reported in a batch; reporting them one by one", "boots", len(boots), "err", err)
+			return false
+		}
+		// A registry that did not answer in time may still be working on
+		// the batch: sending each boot now would double its load when it
+		// is already behind. They go again with the next round.
+		log.DebugContext(ctx, "iPXE boots not reported; they go again with the next round", "boots", len(boots), "err", err)
+		for _, r := range boots {
+			k.requeue(r)
+		}
+		return true
 	}
 	// The answers that keep machines first: forgetting one (a refusal)
 	// voids the batch's ticket.

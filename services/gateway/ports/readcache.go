@@ -60,6 +60,8 @@ type readEntry struct {
 	stored time.Time
 	size   int
 	serial uint64
+	org    string
+	page   bool
 }
 
 type orderedKey struct {
@@ -165,7 +167,9 @@ func (c *readCache) get(key, org string, page bool, mark uint64) (rawJSON, bool,
 	} else {
 		t.gen = c.orgGen[org]
 	}
-	if mark > c.notified {
+	if mark > c.notified || len(c.senders) == 0 {
+		// past the notices, or none heard yet (no registry replica that
+		// sends them: nothing is kept)
 		return rawJSON{}, false, t
 	}
 	e := c.entries[key]
@@ -188,14 +192,14 @@ func (c *readCache) put(t readTicket, a rawJSON) {
 	if t.page {
 		gen = c.pageGen[t.org]
 	}
-	if gen != t.gen || c.epoch != t.epoch {
+	if gen != t.gen || c.epoch != t.epoch || len(c.senders) == 0 {
 		return
 	}
 	if old := c.entries[t.key]; old != nil {
 		c.bytes -= old.size
 	}
 	c.serial++
-	c.entries[t.key] = &readEntry{answer: a, stored: c.now(), size: size, serial: c.serial}
+	c.entries[t.key] = &readEntry{answer: a, stored: c.now(), size: size, serial: c.serial, org: t.org, page: t.page}
 	c.order = append(c.order, orderedKey{t.key, c.serial})
 	c.bytes += size
 	if t.page {
@@ -220,15 +224,18 @@ func (c *readCache) evict() {
 			c.drop(o.key)
 		}
 	}
-	if i > 0 || len(c.order) > 4*len(c.entries)+1024 {
-		// compact: keep the entries still current, in order
-		kept := c.order[:0]
-		for _, o := range c.order[i:] {
+	if i > 0 {
+		clear(c.order[:i])
+		c.order = c.order[i:]
+	}
+	if len(c.order) > 4*len(c.entries)+1024 {
+		// compact, now and then: keep the entries still current, in order
+		kept := make([]orderedKey, 0, 2*len(c.entries)+16)
+		for _, o := range c.order {
 			if e := c.entries[o.key]; e != nil && e.serial == o.serial {
 				kept = append(kept, o)
 			}
 		}
-		clear(c.order[len(kept):])
 		c.order = kept
 	}
 }
@@ -237,6 +244,14 @@ func (c *readCache) drop(key string) {
 	if e := c.entries[key]; e != nil {
 		c.bytes -= e.size
 		delete(c.entries, key)
+		if e.page {
+			if keys := c.pages[e.org]; keys != nil {
+				delete(keys, key)
+				if len(keys) == 0 {
+					delete(c.pages, e.org)
+				}
+			}
+		}
 	}
 }
 
@@ -275,7 +290,7 @@ func (c *readCache) notice(data []byte) {
 		if len(o.Changed) > 0 {
 			c.pageGen[o.Org]++
 			for key := range c.pages[o.Org] {
-				c.drop(key)
+				c.drop(key) // deletes from the map being ranged over: allowed
 			}
 			delete(c.pages, o.Org)
 		}

@@ -12,12 +12,15 @@ import (
 )
 
 // cacheUnderTest is a read cache without a subscription: the tests hand it
-// notices themselves, and move its clock.
-func cacheUnderTest(maxBytes int) (*readCache, *time.Time) {
+// notices themselves (the first, from registry replica "a", already
+// heard), and move its clock.
+func cacheUnderTest(maxBytes int) (*readCache, *time.Time, *sender) {
 	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	c := &readCache{maxAge: 2 * time.Second, maxBytes: maxBytes, now: func() time.Time { return now }, log: slog.Default()}
 	c.forget("")
-	return c, &now
+	reg := &sender{c: c, instance: "a"}
+	reg.send(regapi.MachinesChanged{})
+	return c, &now, reg
 }
 
 type sender struct {
@@ -52,8 +55,7 @@ func TestReadCache(t *testing.T) {
 	other := pageKey(regapi.MachineList{Org: "globex", Limit: 10})
 
 	t.Run("an answer is kept until a notice names its machine", func(t *testing.T) {
-		c, _ := cacheUnderTest(1 << 20)
-		reg := &sender{c: c, instance: "a"}
+		c, _, reg := cacheUnderTest(1 << 20)
 		fill(c, m1, "acme", false, 0, "one")
 		fill(c, m2, "acme", false, 0, "two")
 		if got, asked, _ := fill(c, m1, "acme", false, 0, "x"); asked || got != "one" {
@@ -69,8 +71,7 @@ func TestReadCache(t *testing.T) {
 	})
 
 	t.Run("a change drops the organization's pages, a heartbeat does not", func(t *testing.T) {
-		c, _ := cacheUnderTest(1 << 20)
-		reg := &sender{c: c, instance: "a"}
+		c, _, reg := cacheUnderTest(1 << 20)
 		fill(c, p, "acme", true, 0, "page")
 		fill(c, other, "globex", true, 0, "other")
 		fill(c, m1, "acme", false, 0, "one")
@@ -91,8 +92,7 @@ func TestReadCache(t *testing.T) {
 	})
 
 	t.Run("an answer fetched while a notice came is not kept", func(t *testing.T) {
-		c, _ := cacheUnderTest(1 << 20)
-		reg := &sender{c: c, instance: "a"}
+		c, _, reg := cacheUnderTest(1 << 20)
 		_, _ = c.through(context.Background(), m1, "acme", false, 0, func(context.Context, uint64) (any, error) {
 			// the registry answered before it applied the change the
 			// notice names, which arrives before the answer
@@ -105,8 +105,7 @@ func TestReadCache(t *testing.T) {
 	})
 
 	t.Run("a caller's own write past the notices is not served from the cache", func(t *testing.T) {
-		c, _ := cacheUnderTest(1 << 20)
-		reg := &sender{c: c, instance: "a"}
+		c, _, reg := cacheUnderTest(1 << 20)
 		reg.send(regapi.MachinesChanged{Position: 5})
 		fill(c, m1, "acme", false, 0, "one")
 		if got, asked, mv := fill(c, m1, "acme", false, 8, "one'"); !asked || got != "one'" || mv != 8 {
@@ -131,9 +130,7 @@ func TestReadCache(t *testing.T) {
 				(&sender{c: c, instance: "b", counter: 40}).send(regapi.MachinesChanged{})
 			}},
 		} {
-			c, _ := cacheUnderTest(1 << 20)
-			reg := &sender{c: c, instance: "a"}
-			reg.send(regapi.MachinesChanged{})
+			c, _, reg := cacheUnderTest(1 << 20)
 			fill(c, m1, "acme", false, 0, "one")
 			fill(c, p, "acme", true, 0, "page")
 			tc.hear(c, reg)
@@ -146,8 +143,36 @@ func TestReadCache(t *testing.T) {
 		}
 	})
 
+	t.Run("nothing is kept before a registry replica is heard", func(t *testing.T) {
+		c := &readCache{maxAge: time.Hour, maxBytes: 1 << 20, now: time.Now, log: slog.Default()}
+		c.forget("")
+		fill(c, m1, "acme", false, 0, "one")
+		if _, asked, _ := fill(c, m1, "acme", false, 0, "x"); !asked {
+			t.Fatal("kept an answer with no notices to drop it")
+		}
+		(&sender{c: c, instance: "a"}).send(regapi.MachinesChanged{})
+		fill(c, m1, "acme", false, 0, "one")
+		if _, asked, _ := fill(c, m1, "acme", false, 0, "x"); asked {
+			t.Fatal("once notices come, answers are kept")
+		}
+	})
+
+	t.Run("a dropped page leaves no key behind", func(t *testing.T) {
+		c, now, _ := cacheUnderTest(1 << 20)
+		for i := range 50 {
+			fill(c, pageKey(regapi.MachineList{Org: "acme", Selector: fmt.Sprint("rack=r", i)}), "acme", true, 0, "page")
+			*now = now.Add(time.Second)
+		}
+		for key := range c.pages["acme"] {
+			c.drop(key)
+		}
+		if len(c.pages) != 0 || len(c.entries) != 0 || c.bytes != 0 {
+			t.Fatalf("after dropping every page: %d organizations indexed, %d answers, %d bytes", len(c.pages), len(c.entries), c.bytes)
+		}
+	})
+
 	t.Run("nothing is served past maxAge", func(t *testing.T) {
-		c, now := cacheUnderTest(1 << 20)
+		c, now, _ := cacheUnderTest(1 << 20)
 		fill(c, p, "acme", true, 0, "page")
 		*now = now.Add(2 * time.Second)
 		if _, asked, _ := fill(c, p, "acme", true, 0, "x"); asked {
@@ -160,7 +185,7 @@ func TestReadCache(t *testing.T) {
 	})
 
 	t.Run("the oldest answers go when it is full", func(t *testing.T) {
-		c, _ := cacheUnderTest(16 * 200)
+		c, _, _ := cacheUnderTest(16 * 200)
 		body := string(make([]byte, 100))
 		for i := range 40 {
 			fill(c, machineKey("acme", fmt.Sprint("u", i)), "acme", false, 0, body)

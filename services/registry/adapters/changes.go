@@ -32,6 +32,9 @@ type MachineChanges struct {
 	named   int
 	reset   bool
 	counter uint64
+	// seq is the highest event sequence noted, also while a reset is
+	// pending: a notice's Position is never below a change it covers.
+	seq uint64
 }
 
 type orgChanges struct {
@@ -61,6 +64,7 @@ func NewMachineChanges(nc *nats.Conn, instance string, checkpoint func() uint64,
 // under its write lock: it only takes a mutex.
 func (c *MachineChanges) Note(ch readmodel.Change) {
 	c.mu.Lock()
+	c.seq = max(c.seq, ch.Seq)
 	if !c.reset {
 		o := c.orgs[ch.Org]
 		if o == nil {
@@ -128,15 +132,17 @@ func (c *MachineChanges) Run(ctx context.Context) error {
 	}
 }
 
-// send publishes what was noted since the last notice. The position is
+// send publishes what was noted since the last notice. The checkpoint is
 // read before the changes are taken, so every change of an event at or
-// below it is in this notice or an earlier one.
+// below it is in this notice or an earlier one; and the position is raised
+// to the highest event noted, so no change this notice names (or a reset
+// covers) lies above it.
 func (c *MachineChanges) send() {
 	position := c.checkpoint()
 	c.mu.Lock()
 	c.counter++
 	n := api.MachinesChanged{Version: api.MachinesChangedVersion, Instance: c.instance, Counter: c.counter,
-		Position: position, Reset: c.reset}
+		Position: max(position, c.seq), Reset: c.reset}
 	for org, o := range c.orgs {
 		n.Orgs = append(n.Orgs, api.OrgMachinesChanged{Org: org, Changed: keys(o.changed), Seen: keysBut(o.seen, o.changed)})
 	}

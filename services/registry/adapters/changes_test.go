@@ -89,8 +89,12 @@ func TestMachineChangesTooManyToName(t *testing.T) {
 	c.send() // as Run would
 	c.Note(readmodel.Change{Org: "acme", UUID: "m1", Seq: 7})
 	c.send()
+	// applied and noted after the checkpoint was read: the position
+	// still covers it
+	c.Note(readmodel.Change{Org: "acme", UUID: "m2", Seq: 9})
+	c.send()
 	var got []api.MachinesChanged
-	for range 2 {
+	for range 3 {
 		m, err := sub.NextMsg(5 * time.Second)
 		if err != nil {
 			t.Fatal(err)
@@ -106,5 +110,8 @@ func TestMachineChangesTooManyToName(t *testing.T) {
 	}
 	if got[1].Reset || got[1].Counter != 2 || fmt.Sprint(got[1].Orgs) != fmt.Sprint([]api.OrgMachinesChanged{{Org: "acme", Changed: []string{"m1"}}}) {
 		t.Fatalf("second notice %+v, want acme's m1 changed", got[1])
+	}
+	if got[2].Position != 9 {
+		t.Fatalf("third notice %+v: position %d below the change it names (9)", got[2], got[2].Position)
 	}
 }

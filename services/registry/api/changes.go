@@ -27,7 +27,7 @@ type MachinesChanged struct {
 	Position uint64 `json:"position,omitempty"`
 	// Reset: the sender's model was replaced (rebuilt or restored), or it
 	// had too much to name: forget every answer of every organization.
-	Reset bool `json:"reset,omitempty"`
+	Reset bool                 `json:"reset,omitempty"`
 	Orgs  []OrgMachinesChanged `json:"orgs,omitempty"`
 }
 

@@ -2,6 +2,8 @@ package app
 
 import (
 	"context"
+	"log/slog"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
@@ -45,7 +47,7 @@ func (a *App) ReportIPXEBoots(ctx context.Context, r api.ReportIPXEBoots) (api.I
 	for range min(bootReportWorkers, len(r.Boots)) {
 		wg.Go(func() {
 			for i := range work {
-				out.Results[i] = a.reportIPXEBoot(ctx, r.Boots[i], tokens[r.Boots[i].EnrollmentToken], confirms)
+				out.Results[i] = a.reportIPXEBootSafely(ctx, r.Boots[i], tokens[r.Boots[i].EnrollmentToken], confirms)
 			}
 		})
 	}
@@ -60,6 +62,19 @@ func (a *App) ReportIPXEBoots(ctx context.Context, r api.ReportIPXEBoots) (api.I
 type tokenCheck struct {
 	p   api.Principal
 	err error
+}
+
+// reportIPXEBootSafely is reportIPXEBoot on a worker goroutine, where the
+// command server's recovery does not reach: a panic is that boot's
+// internal error, not the registry's end.
+func (a *App) reportIPXEBootSafely(ctx context.Context, b api.ReportedIPXEBoot, tok tokenCheck, confirms *orgConfirms) (res api.IPXEBootResult) {
+	defer func() {
+		if p := recover(); p != nil {
+			slog.ErrorContext(ctx, "reporting an iPXE boot panicked", "uuid", b.UUID, "panic", p, "stack", string(debug.Stack()))
+			res = api.IPXEBootResult{Error: errs.As(errs.Internal("internal error while reporting the boot of %s", b.UUID))}
+		}
+	}()
+	return a.reportIPXEBoot(ctx, b, tok, confirms)
 }
 
 func (a *App) reportIPXEBoot(ctx context.Context, b api.ReportedIPXEBoot, tok tokenCheck, confirms *orgConfirms) api.IPXEBootResult {
@@ -91,13 +106,14 @@ func (a *App) reportIPXEBoot(ctx context.Context, b api.ReportedIPXEBoot, tok to
 type orgConfirms struct {
 	a  *App
 	mu sync.Mutex
-	// caughtUp says, per organization, whether the read model has applied
-	// its latest machine event (sync.OnceValue: the read happens once)
-	caughtUp map[string]func() bool
+	// latest is, per organization, the sequence of its latest machine
+	// event once the read model applied it, or false (sync.OnceValues:
+	// the read happens once)
+	latest map[string]func() (uint64, bool)
 }
 
 func newOrgConfirms(a *App) *orgConfirms {
-	return &orgConfirms{a: a, caughtUp: map[string]func() bool{}}
+	return &orgConfirms{a: a, latest: map[string]func() (uint64, bool){}}
 }
 
 // version is the confirmation of org's machines: the read model's version
@@ -109,16 +125,22 @@ func (c *orgConfirms) version(org string) versionFunc {
 		return nil
 	}
 	c.mu.Lock()
-	caughtUp, ok := c.caughtUp[org]
+	latest, ok := c.latest[org]
 	if !ok {
-		caughtUp = sync.OnceValue(func() bool { return a.machinesCaughtUp(org) })
-		c.caughtUp[org] = caughtUp
+		latest = sync.OnceValues(func() (uint64, bool) { return a.machinesCaughtUp(org) })
+		c.latest[org] = latest
 	}
 	c.mu.Unlock()
 	return func(ctx context.Context, ref events.AggregateRef) (uint64, error) {
-		if ref.Org == org && ref.Type == machineType && caughtUp() {
-			if m, err := a.Machines.Model().Get(ref.Org, ref.ID); err == nil {
-				return m.Version, nil
+		if ref.Org == org && ref.Type == machineType {
+			// The model as it is now, checked again: one rebuilt since
+			// (replaying from the start) has not reached it.
+			if last, ok := latest(); ok {
+				if model := a.Machines.Model(); model.Checkpoint() >= last {
+					if m, err := model.Get(ref.Org, ref.ID); err == nil {
+						return m.Version, nil
+					}
+				}
 			}
 		}
 		// Unknown to the read model (a deleted machine's log goes on), or
@@ -129,14 +151,15 @@ func (c *orgConfirms) version(org string) versionFunc {
 
 // machinesCaughtUp reads the sequence of org's latest machine event (one
 // read of the log's last message on events.<org>.machine.*) and waits,
-// briefly, until the read model has applied it. False when it cannot
-// tell: each machine is then confirmed by its own read.
-func (a *App) machinesCaughtUp(org string) bool {
+// briefly, until the read model has applied it; it returns that sequence.
+// False when it cannot tell: each machine is then confirmed by its own
+// read.
+func (a *App) machinesCaughtUp(org string) (uint64, bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), catchUpWait)
 	defer cancel()
 	last, err := a.Versions.Version(ctx, events.AggregateRef{Org: org, Type: machineType, ID: "*"})
 	if err != nil {
-		return false
+		return 0, false
 	}
-	return last == 0 || a.WaitMachines(ctx, last) == nil
+	return last, last == 0 || a.WaitMachines(ctx, last) == nil
 }

@@ -17,7 +17,9 @@ func (a *App) ListMachines(ctx context.Context, r api.MachineList) (api.MachineP
 	if err := f.Err(); err != nil {
 		return api.MachinePage{}, err
 	}
-	a.caughtUp(ctx, r.MinVersion)
+	if err := a.listCaughtUp(ctx, r.MinVersion); err != nil {
+		return api.MachinePage{}, err
+	}
 	page, err := a.Machines.Model().List(r.Org, readmodel.Filter{
 		Pool: r.Pool, Status: machine.Status(r.Status), Selector: r.Selector, Cursor: r.Cursor, Limit: r.Limit,
 	})
@@ -41,13 +43,26 @@ func view(m readmodel.Machine) api.Machine {
 // page (the same JSON, without encoding each machine again), appended to
 // dst (see command.HandleAppend).
 func (a *App) ListMachinesJSON(ctx context.Context, r api.MachineList, dst []byte) ([]byte, error) {
-	a.caughtUp(ctx, r.MinVersion) // a list has no log to fall back on: it waits, briefly
 	var f errs.Fields
 	validOrg(&f, r.Org)
 	if err := f.Err(); err != nil {
 		return dst, err
 	}
+	if err := a.listCaughtUp(ctx, r.MinVersion); err != nil {
+		return dst, err
+	}
 	return a.Machines.Model().AppendListJSON(dst, r.Org, readmodel.Filter{
 		Pool: r.Pool, Status: machine.Status(r.Status), Selector: r.Selector, Cursor: r.Cursor, Limit: r.Limit,
 	})
+}
+
+// listCaughtUp waits, briefly, until the projection applied min. A list
+// has no log to fall back on: a projection that stays behind answers
+// "try again" rather than a page without the write the caller asked for
+// (which a cache in front of the registry would keep, too).
+func (a *App) listCaughtUp(ctx context.Context, min uint64) error {
+	if a.caughtUp(ctx, min) {
+		return nil
+	}
+	return errs.Unavailable("the registry's machines are behind stream sequence %d; try again", min)
 }

@@ -19,8 +19,9 @@ type MachineProjection struct {
 
 // Notify makes the projection's model, and every model a Reset or Restore
 // puts in its place, tell fn of each change of a machine's answer (see
-// Model.Notify), and calls replaced after each such swap. Set it before
-// the projection runs.
+// Model.Notify), and calls replaced at each such swap, under the
+// projection's lock (it must not read the projection). Set it before the
+// projection runs.
 func (p *MachineProjection) Notify(fn func(Change), replaced func()) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -28,15 +29,16 @@ func (p *MachineProjection) Notify(fn func(Change), replaced func()) {
 	p.model.Notify(fn)
 }
 
-// swap puts m in place of the model and says so.
+// swap puts m in place of the model and says so, before anyone can read
+// the new model (its checkpoint included): a change notice sent after the
+// swap says reset.
 func (p *MachineProjection) swap(m *Model) {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	m.Notify(p.notify)
 	p.model = m
-	replaced := p.replaced
-	p.mu.Unlock()
-	if replaced != nil {
-		replaced()
+	if p.replaced != nil {
+		p.replaced()
 	}
 }
 
