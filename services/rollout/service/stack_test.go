@@ -83,6 +83,10 @@ type stackOptions struct {
 	// workload cluster; 0 is its default.
 	kubeQPS   float64
 	kubeBurst int
+	// enrollmentRate and enrollmentBurst: the registry's bound on new
+	// registrations per enrollment token; 0 is its default (10/s, 100).
+	enrollmentRate  float64
+	enrollmentBurst int
 }
 
 func newStack(t testing.TB) *stack {
@@ -108,7 +112,8 @@ func newStackWith(t testing.TB, o stackOptions) *stack {
 
 	ready := make(chan *regservice.Service, 1)
 	s.run("registry", func(ctx context.Context) error {
-		return regservice.Start(ctx, regservice.Config{Config: svc.Config{Service: "registry", StreamReplicas: 1}, OfflineAfter: o.offlineAfter},
+		return regservice.Start(ctx, regservice.Config{Config: svc.Config{Service: "registry", StreamReplicas: 1}, OfflineAfter: o.offlineAfter,
+			EnrollmentRate: o.enrollmentRate, EnrollmentBurst: o.enrollmentBurst},
 			svc.Options{Conn: s.conn(), Logger: s.logger("registry")}, regservice.Hooks{Ready: ready})
 	}, func() { s.regs = <-ready })
 
