@@ -290,9 +290,8 @@ func (c *readCache) notice(data []byte) {
 		if len(o.Changed) > 0 {
 			c.pageGen[o.Org]++
 			for key := range c.pages[o.Org] {
-				c.drop(key) // deletes from the map being ranged over: allowed
+				c.drop(key) // also takes the key, and at the last the organization, out of c.pages
 			}
-			delete(c.pages, o.Org)
 		}
 	}
 	c.notified = max(c.notified, n.Position)

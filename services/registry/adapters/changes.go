@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -144,7 +146,7 @@ func (c *MachineChanges) send() {
 	n := api.MachinesChanged{Version: api.MachinesChangedVersion, Instance: c.instance, Counter: c.counter,
 		Position: max(position, c.seq), Reset: c.reset}
 	for org, o := range c.orgs {
-		n.Orgs = append(n.Orgs, api.OrgMachinesChanged{Org: org, Changed: keys(o.changed), Seen: keysBut(o.seen, o.changed)})
+		n.Orgs = append(n.Orgs, api.OrgMachinesChanged{Org: org, Changed: slices.Collect(maps.Keys(o.changed)), Seen: keysBut(o.seen, o.changed)})
 	}
 	clear(c.orgs)
 	c.reset, c.named = false, 0
@@ -157,14 +159,6 @@ func (c *MachineChanges) send() {
 		// the reader sees the gap in the count and forgets everything
 		c.log.Warn("publishing a change notice", "counter", n.Counter, "err", err)
 	}
-}
-
-func keys(m map[string]struct{}) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	return out
 }
 
 // keysBut is m's keys that are not in but: a machine that changed need
