@@ -200,7 +200,8 @@ type Settings struct {
 	// came (boot instructions, machines, nodes). Default 2s.
 	Poll time.Duration
 	// Replan is the safety-net interval at which a driver plans again
-	// without any event. Default 30s.
+	// without any event, and reads its rollout's log if it has not for
+	// that long (a notice lost on the bus). Default 30s.
 	Replan time.Duration
 	// Instance names this replica (leases, logs).
 	Instance string

@@ -53,6 +53,11 @@ type driver struct {
 	// trace is the span context of rollout.started: everything the driver
 	// appends and does belongs to the trace of the request that started it.
 	trace trace.SpanContext
+	// readAt is when the driver last read the log to its end. The bus's
+	// notices are hints: one that is lost (a reconnect, a read that failed
+	// after it) must not leave the driver on a stale state, so it reads
+	// the log on its own once Replan passed without a read.
+	readAt time.Time
 }
 
 // message is what executors send their driver.
@@ -160,6 +165,11 @@ func (a *App) Drive(ctx context.Context, org, id string) error {
 					d.log.Warn("reading the rollout failed", "err", err)
 				}
 			case <-timer.C:
+				if time.Since(d.readAt) >= a.Settings.Replan {
+					if err := d.catchUp(ctx); err != nil && ctx.Err() == nil {
+						d.log.Warn("reading the rollout failed", "err", err)
+					}
+				}
 			}
 			break waiting
 		}
@@ -407,8 +417,14 @@ func (f *driverFold) published(p events.Payload) bool {
 func (d *driver) apply(p any) { fold(&d.state, d.issued, d.withdrawn, p) }
 
 // catchUp folds the events appended after the driver's version.
-func (d *driver) catchUp(ctx context.Context) error {
+func (d *driver) catchUp(ctx context.Context) (err error) {
 	f := events.Filter{Org: d.org, AggregateType: AggregateType, AggregateID: d.id}
+	started := time.Now()
+	defer func() {
+		if err == nil {
+			d.readAt = started
+		}
+	}()
 	return d.a.Store.Replay(ctx, f, events.AtSeq(d.version+1), events.Position{}, func(env *events.Envelope) error {
 		if env.Sequence <= d.version {
 			return nil

@@ -57,7 +57,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Poll, "poll", svc.EnvDuration("ANVIL_ROLLOUT_POLL", 2*time.Second),
 		"how often a waiting step looks again when no change notification came (env ANVIL_ROLLOUT_POLL)")
 	fs.DurationVar(&c.Replan, "replan", svc.EnvDuration("ANVIL_ROLLOUT_REPLAN", 30*time.Second),
-		"safety-net interval at which each rollout is planned again without any event (env ANVIL_ROLLOUT_REPLAN)")
+		"safety-net interval at which each rollout is planned again without any event, its log read again if it was not meanwhile (env ANVIL_ROLLOUT_REPLAN)")
 	fs.IntVar(&c.RemediationMaxInFlight, "remediation-max-in-flight", svc.EnvInt("ANVIL_ROLLOUT_REMEDIATION_MAX_IN_FLIGHT", 0),
 		"give a machine that booted but never came back one more reboot, at most this many machines of a rollout at a time; 0 disables; the default for pools whose rollout.remediation is not set (env ANVIL_ROLLOUT_REMEDIATION_MAX_IN_FLIGHT)")
 	fs.Float64Var(&c.KubeQPS, "kube-qps", svc.EnvFloat("ANVIL_ROLLOUT_KUBE_QPS", 200),

@@ -149,11 +149,30 @@ func newStackWith(t testing.TB, o stackOptions) *stack {
 		KubeQPS: o.kubeQPS, KubeBurst: o.kubeBurst}
 	s.startRollout()
 	t.Cleanup(func() {
-		if t.Failed() && os.Getenv("ANVIL_TEST_LOGS") != "" {
+		switch {
+		case !t.Failed():
+		case os.Getenv("ANVIL_TEST_LOGS") != "":
 			t.Logf("service logs:\n%s", s.logs.String())
+		default:
+			t.Logf("the services' last warnings and errors (ANVIL_TEST_LOGS=1 prints every line):\n%s", warnings(s.logs.String(), 60))
 		}
 	})
 	return s
+}
+
+// warnings returns the last n lines of JSON logs at level WARN or ERROR:
+// a failure in CI says what went wrong in anvil without the whole log.
+func warnings(logs string, n int) string {
+	var out []string
+	for _, l := range strings.Split(logs, "\n") {
+		if strings.Contains(l, `"level":"WARN"`) || strings.Contains(l, `"level":"ERROR"`) {
+			out = append(out, l)
+		}
+	}
+	if len(out) > n {
+		out = out[len(out)-n:]
+	}
+	return strings.Join(out, "\n")
 }
 
 func (s *stack) logger(name string) *slog.Logger {
@@ -405,7 +424,11 @@ func (s *stack) waitRollout(org, pool string, revision uint64, d time.Duration, 
 				return true, ""
 			}
 		}
-		return false, fmt.Sprintf("%s %s (%s) %s", r.ID, r.Status, r.Progress, r.Reason)
+		status := string(r.Status)
+		if r.Aborting {
+			status += ", aborting"
+		}
+		return false, fmt.Sprintf("%s %s (%s) %s", r.ID, status, r.Progress, r.Reason)
 	})
 	return s.get(org, id)
 }
