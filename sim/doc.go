@@ -11,18 +11,19 @@
 //     (retried as Ignition does) and read: /etc/hostname, /etc/anvil/revision,
 //     /etc/anvil/agent.env (ANVIL_URL, ANVIL_AGENT_CREDENTIAL) and the kubeadm
 //     join configuration (node name, --node-labels, taints).
-//  3. The Node (when Config.Kube is set) is created or updated with the
-//     kubelet's standard labels and the labels and taints from Ignition, and
-//     labelled for kwok, which keeps it Ready.
+//  3. The Node (when Config.Kube is set) is updated (one patch; created
+//     only when missing) with the kubelet's standard labels and the labels
+//     and taints from Ignition, and labelled for kwok, which keeps it Ready.
 //  4. The real agent (package agent) runs with this boot's revision, a new
 //     boot id, the machine's own state file, the shared HTTP client and a
 //     simulated Rebooter. It heartbeats, reports and long-polls instructions.
 //  5. When the agent reboots: that agent stops, the Node goes NotReady (kwok
 //     lets go of it and its Ready condition turns False, as
-//     kubeharness.SetNodeNotReady does), the machine stays down RebootTime ±
-//     RebootJitter (or hangs, see FailRate and Machine.Hang), then starts
-//     again at step 1 and boots its current target revision. The new agent
-//     settles the instruction ("done").
+//     kubeharness.SetNodeNotReady does, here in one patch of the status),
+//     the machine stays down RebootTime ± RebootJitter (or hangs, see
+//     FailRate and Machine.Hang), then starts again at step 1 and boots its
+//     current target revision. The new agent settles the instruction
+//     ("done").
 //
 // # Use
 //

@@ -11,7 +11,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/util/retry"
 )
 
 // kubeAttempts bounds the retries of one Kubernetes operation; a failure is
@@ -38,26 +37,9 @@ func (m *Machine) reconcileNode(ctx context.Context, bc *BootConfig) {
 		"kubernetes.io/arch":     "amd64",
 	}
 	maps.Copy(labels, bc.NodeLabels)
+	// As a kubelet that registers: the Node of a machine that booted
+	// before is patched in one call; only a missing one is created.
 	err := m.kubeRetry(ctx, func() error {
-		nodes := kube.CoreV1().Nodes()
-		_, err := nodes.Get(ctx, bc.NodeName, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			create := maps.Clone(labels)
-			if join {
-				create[m.fleet.cfg.KwokLabel] = "true"
-			}
-			n := &corev1.Node{
-				ObjectMeta: metav1.ObjectMeta{Name: bc.NodeName, Labels: create},
-				Spec:       corev1.NodeSpec{Taints: bc.Taints},
-			}
-			if _, err = nodes.Create(ctx, n, metav1.CreateOptions{}); apierrors.IsAlreadyExists(err) {
-				return err // raced with another writer: go round again
-			}
-			return err
-		}
-		if err != nil {
-			return err
-		}
 		// Labels the simulator set on this node before and that Ignition no
 		// longer gives are removed; everything else on the node is kept.
 		patch := map[string]*string{}
@@ -76,7 +58,20 @@ func (m *Machine) reconcileNode(ctx context.Context, bc *BootConfig) {
 		} else {
 			patch[m.fleet.cfg.KwokLabel] = nil
 		}
-		return m.patchLabels(ctx, bc.NodeName, patch)
+		err := m.patchLabels(ctx, bc.NodeName, patch)
+		if !apierrors.IsNotFound(err) {
+			return err
+		}
+		create := maps.Clone(labels)
+		if join {
+			create[m.fleet.cfg.KwokLabel] = "true"
+		}
+		n := &corev1.Node{
+			ObjectMeta: metav1.ObjectMeta{Name: bc.NodeName, Labels: create},
+			Spec:       corev1.NodeSpec{Taints: bc.Taints},
+		}
+		_, err = kube.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
+		return err // AlreadyExists: raced with another writer, go round again
 	})
 	if err != nil {
 		m.emit(EventError, fmt.Sprintf("node %s: %v", bc.NodeName, err))
@@ -122,39 +117,30 @@ func (m *Machine) nodeDown(ctx context.Context, why string) {
 	m.setNotReady(ctx, name, "simulated: "+why)
 }
 
-// setNotReady sets the node's Ready condition to False.
+// setNotReady sets the node's Ready condition to False, in one patch of
+// the status (conditions merge by type, as the kubelet's do). Its
+// transition time is set only when the simulator had the node Ready;
+// otherwise the one already there stands.
 func (m *Machine) setNotReady(ctx context.Context, name, message string) {
-	nodes := m.fleet.cfg.Kube.CoreV1().Nodes()
-	err := m.kubeRetry(ctx, func() error {
-		return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			node, err := nodes.Get(ctx, name, metav1.GetOptions{})
+	m.mu.Lock()
+	wasReady := m.nodeReady
+	m.mu.Unlock()
+	now := metav1.Now()
+	cond := map[string]any{"type": corev1.NodeReady, "status": corev1.ConditionFalse, "reason": "KubeletNotReady",
+		"message": message, "lastHeartbeatTime": now}
+	if wasReady {
+		cond["lastTransitionTime"] = now
+	}
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []any{cond}}})
+	if err == nil {
+		err = m.kubeRetry(ctx, func() error {
+			_, err := m.fleet.cfg.Kube.CoreV1().Nodes().Patch(ctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
 			if apierrors.IsNotFound(err) {
 				return nil
 			}
-			if err != nil {
-				return err
-			}
-			now := metav1.Now()
-			cond := corev1.NodeCondition{
-				Type: corev1.NodeReady, Status: corev1.ConditionFalse, Reason: "KubeletNotReady", Message: message,
-				LastHeartbeatTime: now, LastTransitionTime: now,
-			}
-			found := false
-			for i, c := range node.Status.Conditions {
-				if c.Type == corev1.NodeReady {
-					if c.Status == corev1.ConditionFalse {
-						cond.LastTransitionTime = c.LastTransitionTime
-					}
-					node.Status.Conditions[i], found = cond, true
-				}
-			}
-			if !found {
-				node.Status.Conditions = append(node.Status.Conditions, cond)
-			}
-			_, err = nodes.UpdateStatus(ctx, node, metav1.UpdateOptions{})
 			return err
 		})
-	})
+	}
 	m.mu.Lock()
 	m.nodeReady = false
 	m.mu.Unlock()
