@@ -71,23 +71,15 @@ func TestControl(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
-			reg := events.NewRegistry()
-			reg.RegisterAll(rollout.EventTypes())
-			reg.RegisterAll(bootapi.EventTypes())
-			writes := events.NewRegistry() // the store's: it also knows the stray event
-			writes.RegisterAll(rollout.EventTypes())
-			writes.RegisterAll(bootapi.EventTypes())
+			reg := rolloutRegistry()
+			writes := rolloutRegistry() // the store's: it also knows the stray event
 			writes.Register(stray{})
 			var store events.Store = events.NewMemoryStore(writes)
 			a := &App{Store: store, Events: reg, Registry: poolMachines{}, Rollouts: noRollouts{},
 				Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Retry: aggregate.Retry{MaxAttempts: 3,
 					Sleep: func(context.Context, time.Duration) error { return nil }}}
 			a.Defaults()
-			apply := revapi.ApplyRequested{Pool: "web", Cluster: "c1", Revision: 2, RequestedBy: "token:t1", RolloutID: "ro-1",
-				Rollout: revapi.Rollout{MaxUnavailable: "1"}}
-			if err := a.StartFromApply(ctx, &events.Envelope{ID: "ev-1", Org: "acme"}, apply); err != nil {
-				t.Fatal(err)
-			}
+			startTestRollout(t, a)
 			before := rolloutEvents(t, store)
 			var expected uint64
 			if tc.prepare != nil {
@@ -125,4 +117,23 @@ func rolloutEvents(t *testing.T, store events.Store) []events.Envelope {
 		t.Fatal(err)
 	}
 	return envs
+}
+
+// rolloutRegistry knows the events of a rollout's log.
+func rolloutRegistry() *events.Registry {
+	reg := events.NewRegistry()
+	reg.RegisterAll(rollout.EventTypes())
+	reg.RegisterAll(bootapi.EventTypes())
+	return reg
+}
+
+// startTestRollout starts rollout ro-1 of acme's pool web (revision 2, one
+// machine at a time) as an apply does.
+func startTestRollout(t *testing.T, a *App) {
+	t.Helper()
+	apply := revapi.ApplyRequested{Pool: "web", Cluster: "c1", Revision: 2, RequestedBy: "token:t1", RolloutID: "ro-1",
+		Rollout: revapi.Rollout{MaxUnavailable: "1"}}
+	if err := a.StartFromApply(context.Background(), &events.Envelope{ID: "ev-1", Org: "acme"}, apply); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -9,8 +9,6 @@ import (
 
 	"github.com/anvil-fleet/anvil/libs/events"
 	"github.com/anvil-fleet/anvil/libs/events/eventstest"
-	bootapi "github.com/anvil-fleet/anvil/services/boot/api"
-	revapi "github.com/anvil-fleet/anvil/services/revisions/api"
 	"github.com/anvil-fleet/anvil/services/rollout/domain/rollout"
 )
 
@@ -20,19 +18,13 @@ import (
 func TestDriverReadsTheLogWhenNoticesAreLost(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	reg := events.NewRegistry()
-	reg.RegisterAll(rollout.EventTypes())
-	reg.RegisterAll(bootapi.EventTypes())
+	reg := rolloutRegistry()
 	store := events.NewMemoryStore(reg)
 	a := &App{Store: store, Events: reg, Registry: poolMachines{}, Rollouts: noRollouts{},
 		Log:      slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Settings: Settings{Replan: 50 * time.Millisecond}}
 	a.Defaults()
-	apply := revapi.ApplyRequested{Pool: "web", Cluster: "c1", Revision: 2, RequestedBy: "token:t1", RolloutID: "ro-1",
-		Rollout: revapi.Rollout{MaxUnavailable: "1"}}
-	if err := a.StartFromApply(ctx, &events.Envelope{ID: "ev-1", Org: "acme"}, apply); err != nil {
-		t.Fatal(err)
-	}
+	startTestRollout(t, a)
 	// Paused, the rollout proposes nothing: its driver only waits.
 	if _, err := a.Control(ctx, "acme", "ro-1", 0, rollout.Pause{By: "op"}); err != nil {
 		t.Fatal(err)
