@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"reflect"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -32,6 +33,15 @@ import (
 const (
 	HeaderActor       = "Anvil-Actor"
 	HeaderCorrelation = "Anvil-Correlation-Id"
+	// HeaderTimeout carries the time a caller still waits for the answer
+	// when it sends a request, in whole milliseconds, as gRPC's
+	// grpc-timeout does: relative, so the hosts' clocks need not agree.
+	// The server counts it from when the request reaches it, drops the
+	// request unhandled and unanswered if its handler has not started by
+	// then (all slots busy), and gives the handler that deadline. A request
+	// without it (or with a value that is not a positive integer) has no
+	// deadline and waits for a slot as long as it takes.
+	HeaderTimeout = "Anvil-Timeout"
 	// DefaultTimeout bounds a call whose context has no deadline.
 	DefaultTimeout = 10 * time.Second
 )
@@ -125,13 +135,22 @@ func Handle[Req, Resp any](s *Server, subject string, fn func(ctx context.Contex
 }
 
 // subscribe serves fn on subject in the server's queue group, at most
-// concurrency at once.
+// concurrency at once. While every slot is taken, the subscription waits
+// for one; a request whose caller's deadline passes meanwhile is dropped.
 func (s *Server) subscribe(subject string, fn func(context.Context, []byte) (any, error)) error {
 	sub, err := s.nc.QueueSubscribe(subject, s.queue, func(m *nats.Msg) {
-		s.slots <- struct{}{}
+		deadline := deadlineOf(m)
+		if !s.acquire(deadline) {
+			s.expired(subject, deadline, "while waiting for a slot")
+			return
+		}
 		go func() {
 			defer func() { <-s.slots }()
-			s.serve(m, subject, fn)
+			if !deadline.IsZero() && !time.Now().Before(deadline) {
+				s.expired(subject, deadline, "before it was handled")
+				return
+			}
+			s.serve(m, subject, fn, deadline)
 		}()
 	})
 	if err != nil {
@@ -147,6 +166,63 @@ func (s *Server) subscribe(subject string, fn func(context.Context, []byte) (any
 		s.log.Warn("command: the server has not confirmed a subscription yet", "subject", subject, "err", err)
 	}
 	return nil
+}
+
+// deadlineOf is the deadline of request m, received now: now plus its
+// HeaderTimeout, or the zero time for none.
+func deadlineOf(m *nats.Msg) time.Time {
+	if m.Header == nil {
+		return time.Time{}
+	}
+	v := m.Header.Get(HeaderTimeout)
+	if v == "" {
+		return time.Time{}
+	}
+	ms, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || ms <= 0 || ms > int64(maxTimeout/time.Millisecond) {
+		return time.Time{}
+	}
+	return time.Now().Add(time.Duration(ms) * time.Millisecond)
+}
+
+// maxTimeout is the longest HeaderTimeout taken as a deadline; a longer
+// one (which would overflow a time.Duration) is as good as none.
+const maxTimeout = 100 * 365 * 24 * time.Hour
+
+// acquire takes a slot, waiting while all are taken: without a deadline
+// for as long as that lasts, with one until it passes. It reports whether
+// it got the slot.
+func (s *Server) acquire(deadline time.Time) bool {
+	select {
+	case s.slots <- struct{}{}:
+		return true
+	default:
+	}
+	if deadline.IsZero() {
+		s.slots <- struct{}{}
+		return true
+	}
+	wait := time.Until(deadline)
+	if wait <= 0 {
+		return false
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case s.slots <- struct{}{}:
+		return true
+	case <-timer.C:
+		return false
+	}
+}
+
+// expired accounts for a request dropped unhandled because its caller's
+// deadline passed: the caller has given up, so it gets no reply.
+func (s *Server) expired(subject string, deadline time.Time, when string) {
+	handled.WithLabelValues(subject, "expired").Inc()
+	if s.log.Enabled(context.Background(), slog.LevelDebug) { // spare the arguments under overload
+		s.log.Debug("command dropped unhandled: its caller's deadline passed", "subject", subject, "when", when, "late", time.Since(deadline))
+	}
 }
 
 // HandleAppend serves fn on subject, where fn appends its result, already
@@ -202,10 +278,16 @@ func (s *Server) Close() {
 	}
 }
 
-func (s *Server) serve(m *nats.Msg, subject string, fn func(context.Context, []byte) (any, error)) {
+// serve handles request m; a non-zero deadline is its handler's.
+func (s *Server) serve(m *nats.Msg, subject string, fn func(context.Context, []byte) (any, error), deadline time.Time) {
 	start, outcome := time.Now(), "ok"
 	defer func() { handleDuration.WithLabelValues(subject, outcome).Observe(time.Since(start).Seconds()) }()
 	ctx := context.Background()
+	if !deadline.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
+	}
 	if m.Header != nil {
 		ctx = otel.GetTextMapPropagator().Extract(ctx, events.HeaderCarrier(m.Header))
 		if a := m.Header.Get(HeaderActor); a != "" {
@@ -251,6 +333,14 @@ func (s *Server) serve(m *nats.Msg, subject string, fn func(context.Context, []b
 	var rep reply
 	if err != nil {
 		rep.Error = errs.As(err)
+		if rep.Error.Kind == errs.KindInternal && errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil {
+			// The caller's deadline passed while the handler ran: the
+			// caller has given up, which is no internal error.
+			handled.WithLabelValues(subject, "expired").Inc()
+			outcome = "expired"
+			s.respond(ctx, m, subject, expiredReply)
+			return
+		}
 		if rep.Error.Kind == errs.KindInternal {
 			span.RecordError(err)
 			span.SetStatus(codes.Error, err.Error())
@@ -268,6 +358,10 @@ func (s *Server) serve(m *nats.Msg, subject string, fn func(context.Context, []b
 	body, _ := json.Marshal(rep)
 	s.respond(ctx, m, subject, body)
 }
+
+// expiredReply answers a request whose caller's deadline passed while its
+// handler ran, in case the caller still listens.
+var expiredReply, _ = json.Marshal(reply{Error: errs.Unavailable("the caller's deadline passed while the request was handled")})
 
 // respond sends body as the reply to m, if m wants one. The connection
 // copies body before Respond returns.
@@ -335,6 +429,8 @@ func call[Req any](ctx context.Context, span trace.Span, nc *nats.Conn, subject 
 	if c := events.Correlation(ctx); c != "" {
 		msg.Header.Set(HeaderCorrelation, c)
 	}
+	deadline, _ := ctx.Deadline() // there is one: DefaultTimeout at the latest
+	msg.Header.Set(HeaderTimeout, strconv.FormatInt(max(time.Until(deadline).Milliseconds(), 1), 10))
 	resp, err := nc.RequestMsgWithContext(ctx, msg)
 	if err != nil {
 		span.RecordError(err)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/anvil-fleet/anvil/libs/events"
 	"github.com/anvil-fleet/anvil/libs/events/command"
@@ -291,5 +292,227 @@ func TestNoResponder(t *testing.T) {
 	_, err = command.Call[struct{}, struct{}](short, env.Conn, "cmd.slow", struct{}{})
 	if err == nil || command.IsNoResponder(err) || !errs.Is(err, errs.KindUnavailable) {
 		t.Fatalf("timed out: %v (IsNoResponder %v)", err, command.IsNoResponder(err))
+	}
+}
+
+type deadlineResp struct {
+	Deadline time.Time `json:"deadline"`
+	Has      bool      `json:"has"`
+}
+
+// The caller's deadline crosses the wire (as the time left, so clocks
+// need not agree) and bounds the handler's context; a call without one
+// has DefaultTimeout's.
+func TestHandlerHasTheCallersDeadline(t *testing.T) {
+	env := eventstest.Start(t, events.NewRegistry())
+	srv := command.NewServer(env.Conn, "deadline", 4, nil)
+	t.Cleanup(srv.Close)
+	const subject = "cmd.t.deadline"
+	err := command.Handle(srv, subject, func(ctx context.Context, _ struct{}) (deadlineResp, error) {
+		d, ok := ctx.Deadline()
+		return deadlineResp{Deadline: d, Has: ok}, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	want, _ := ctx.Deadline()
+	got, err := command.Call[struct{}, deadlineResp](ctx, env.Conn, subject, struct{}{})
+	if err != nil || !got.Has || got.Deadline.After(want.Add(time.Second)) {
+		t.Fatalf("handler's deadline %v (has %v), caller's %v: %v", got.Deadline, got.Has, want, err)
+	}
+	want = time.Now().Add(command.DefaultTimeout)
+	got, err = command.Call[struct{}, deadlineResp](context.Background(), env.Conn, subject, struct{}{})
+	if err != nil || !got.Has || got.Deadline.After(want.Add(time.Second)) {
+		t.Fatalf("handler's deadline %v (has %v), DefaultTimeout's %v: %v", got.Deadline, got.Has, want, err)
+	}
+}
+
+// gate serves subject with a single slot, which a request for machine
+// "hold" keeps until release is closed (or its deadline passes); it
+// counts the handler's calls by machine.
+type gate struct {
+	env     *eventstest.Env
+	subject string
+	held    chan struct{}
+	release chan struct{}
+	freed   sync.Once
+	mu      sync.Mutex
+	calls   map[string]int
+}
+
+func startGate(t *testing.T, subject string) *gate {
+	t.Helper()
+	g := &gate{env: eventstest.Start(t, events.NewRegistry()), subject: subject,
+		held: make(chan struct{}), release: make(chan struct{}), calls: map[string]int{}}
+	srv := command.NewServer(g.env.Conn, "gate", 1, nil)
+	t.Cleanup(srv.Close)
+	t.Cleanup(g.free) // before Close, which waits for the held slot
+	err := command.Handle(srv, subject, func(ctx context.Context, r assignReq) (assignResp, error) {
+		g.mu.Lock()
+		g.calls[r.Machine]++
+		g.mu.Unlock()
+		if r.Machine != "hold" {
+			return assignResp{}, nil
+		}
+		g.held <- struct{}{}
+		select {
+		case <-g.release:
+			return assignResp{}, nil
+		case <-ctx.Done():
+			return assignResp{}, ctx.Err()
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// free releases the held slot.
+func (g *gate) free() { g.freed.Do(func() { close(g.release) }) }
+
+// hold sends the request that takes the slot and returns once its
+// handler runs; its answer comes on the channel.
+func (g *gate) hold(t *testing.T) <-chan error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() {
+		_, err := command.Call[assignReq, assignResp](context.Background(), g.env.Conn, g.subject, assignReq{Machine: "hold"})
+		done <- err
+	}()
+	select {
+	case <-g.held:
+	case err := <-done:
+		t.Fatalf("the request to hold the slot: %v", err)
+	}
+	return done
+}
+
+func (g *gate) count(machine string) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.calls[machine]
+}
+
+// series is the series of metric name for subject and outcome in the
+// default registry (nil: none yet).
+func series(t *testing.T, name, subject, outcome string) *dto.Metric {
+	t.Helper()
+	return eventstest.Metric(t, name, map[string]string{"subject": subject, "outcome": outcome})
+}
+
+// handledTotal is anvil_commands_handled_total for subject and outcome.
+func handledTotal(t *testing.T, subject, outcome string) float64 {
+	t.Helper()
+	return series(t, "anvil_commands_handled_total", subject, outcome).GetCounter().GetValue()
+}
+
+// A request whose caller gives up while it waits for a slot is dropped
+// unhandled, and counted as expired.
+func TestExpiredWhileQueuedIsDropped(t *testing.T) {
+	const subject = "cmd.t.expired"
+	g := startGate(t, subject)
+	expired := handledTotal(t, subject, "expired")
+	first := g.hold(t)
+
+	short, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	_, err := command.Call[assignReq, assignResp](short, g.env.Conn, subject, assignReq{Machine: "late"})
+	cancel()
+	if !errs.Is(err, errs.KindUnavailable) {
+		t.Fatalf("a call whose deadline passed while its request waited: %v", err)
+	}
+	// The server drops it once its deadline passes, the slot still held.
+	eventstest.Eventually(t, "expired outcome", 10*time.Second, 10*time.Millisecond, func() (bool, string) {
+		n := handledTotal(t, subject, "expired") - expired
+		return n == 1, fmt.Sprintf("%v expired, want 1", n)
+	})
+	g.free()
+	if err := <-first; err != nil {
+		t.Fatalf("the request that held the slot: %v", err)
+	}
+	// Requests are taken in order: once a later one is handled, the
+	// dropped one had its turn.
+	if _, err := command.Call[assignReq, assignResp](context.Background(), g.env.Conn, subject, assignReq{Machine: "after"}); err != nil {
+		t.Fatalf("a request after the slot was freed: %v", err)
+	}
+	if n, m := g.count("late"), g.count("after"); n != 0 || m != 1 {
+		t.Fatalf("handled the expired request %d times (want 0), the later one %d (want 1)", n, m)
+	}
+}
+
+// A request without a deadline (an older caller's, or one whose timeout
+// header is not a positive number of milliseconds) waits for a slot as
+// long as it takes, and is handled.
+func TestRequestsWithoutDeadlineWait(t *testing.T) {
+	const subject = "cmd.t.nodeadline"
+	g := startGate(t, subject)
+	first := g.hold(t)
+
+	inbox := nats.NewInbox()
+	replies, err := g.env.Conn.SubscribeSync(inbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer replies.Unsubscribe()
+	timeouts := []string{"", "soon", "0", "-5"}
+	for i, timeout := range timeouts {
+		m := &nats.Msg{Subject: subject, Reply: inbox, Data: fmt.Appendf(nil, `{"machine":"raw%d"}`, i)}
+		if timeout != "" {
+			m.Header = nats.Header{}
+			m.Header.Set(command.HeaderTimeout, timeout)
+		}
+		if err := g.env.Conn.PublishMsg(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The requests have reached the server's subscription, behind the
+	// held slot, before it is released.
+	if err := g.env.Conn.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	g.free()
+	if err := <-first; err != nil {
+		t.Fatalf("the request that held the slot: %v", err)
+	}
+	for range timeouts {
+		m, err := replies.NextMsg(10 * time.Second)
+		if err != nil {
+			t.Fatalf("a reply: %v", err)
+		}
+		var rep struct {
+			Result json.RawMessage `json:"result"`
+			Error  *errs.Error     `json:"error"`
+		}
+		if err := json.Unmarshal(m.Data, &rep); err != nil || rep.Error != nil || rep.Result == nil {
+			t.Fatalf("reply %s: %v", m.Data, err)
+		}
+	}
+	for i, timeout := range timeouts {
+		if n := g.count(fmt.Sprintf("raw%d", i)); n != 1 {
+			t.Errorf("request with timeout %q handled %d times, want 1", timeout, n)
+		}
+	}
+}
+
+// A handler cut short by its caller's deadline (its ctx ends) is counted as
+// expired, not as an internal error.
+func TestHandlerCutShortByTheDeadlineIsExpired(t *testing.T) {
+	const subject = "cmd.t.cutshort"
+	g := startGate(t, subject)
+	expired, internal := handledTotal(t, subject, "expired"), handledTotal(t, subject, string(errs.KindInternal))
+	go func() { <-g.held }() // the handler runs; nothing releases it
+	short, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if _, err := command.Call[assignReq, assignResp](short, g.env.Conn, subject, assignReq{Machine: "hold"}); !errs.Is(err, errs.KindUnavailable) {
+		t.Fatalf("a call whose handler outlived its deadline: %v", err)
+	}
+	eventstest.Eventually(t, "expired outcome", 10*time.Second, 10*time.Millisecond, func() (bool, string) {
+		n := handledTotal(t, subject, "expired") - expired
+		return n == 1, fmt.Sprintf("%v expired, want 1", n)
+	})
+	if n := handledTotal(t, subject, string(errs.KindInternal)) - internal; n != 0 {
+		t.Fatalf("%v internal errors counted, want 0", n)
 	}
 }

@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/anvil-fleet/anvil/libs/events"
 	"github.com/anvil-fleet/anvil/libs/events/command"
 	"github.com/anvil-fleet/anvil/libs/events/errs"
@@ -18,25 +16,7 @@ import (
 // outcome in the default registry.
 func observations(t *testing.T, name, subject, outcome string) uint64 {
 	t.Helper()
-	mfs, err := prometheus.DefaultGatherer.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			got := map[string]string{}
-			for _, l := range m.GetLabel() {
-				got[l.GetName()] = l.GetValue()
-			}
-			if got["subject"] == subject && got["outcome"] == outcome {
-				return m.GetHistogram().GetSampleCount()
-			}
-		}
-	}
-	return 0
+	return series(t, name, subject, outcome).GetHistogram().GetSampleCount()
 }
 
 // TestDurationsByOutcome: the server observes how long it handled each
@@ -57,6 +37,16 @@ func TestDurationsByOutcome(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
+	// The metrics are the process's: -count N runs this test N times.
+	type metric struct{ name, subject, outcome string }
+	before := map[metric]uint64{}
+	for _, name := range []string{"anvil_command_request_duration_seconds", "anvil_command_handle_duration_seconds"} {
+		for _, sub := range []string{subject, "cmd.test.nobody"} {
+			for _, o := range []string{"ok", "not_found", "unavailable"} {
+				before[metric{name, sub, o}] = observations(t, name, sub, o)
+			}
+		}
+	}
 	for _, m := range []string{"m1", "m2", "missing"} {
 		_, _ = command.Call[assignReq, assignResp](ctx, env.Conn, subject, assignReq{Machine: m, Pool: "p"})
 	}
@@ -75,8 +65,8 @@ func TestDurationsByOutcome(t *testing.T) {
 	} {
 		// The server observes after it replied.
 		eventstest.Eventually(t, c.name+" "+c.outcome, 10*time.Second, 10*time.Millisecond, func() (bool, string) {
-			n := observations(t, c.name, c.subject, c.outcome)
-			return n == c.want, fmt.Sprintf("%d observations, want %d", n, c.want)
+			n := observations(t, c.name, c.subject, c.outcome) - before[metric{c.name, c.subject, c.outcome}]
+			return n == c.want, fmt.Sprintf("%d new observations, want %d", n, c.want)
 		})
 	}
 }

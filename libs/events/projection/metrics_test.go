@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/anvil-fleet/anvil/libs/events"
 	"github.com/anvil-fleet/anvil/libs/events/eventstest"
 )
@@ -16,23 +14,11 @@ import (
 // projection=projection in the default registry; -1 if it has no series.
 func sampleCount(t *testing.T, name, projection string) int64 {
 	t.Helper()
-	mfs, err := prometheus.DefaultGatherer.Gather()
-	if err != nil {
-		t.Fatal(err)
+	m := eventstest.Metric(t, name, map[string]string{"projection": projection})
+	if m == nil {
+		return -1
 	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "projection" && l.GetValue() == projection {
-					return int64(m.GetHistogram().GetSampleCount())
-				}
-			}
-		}
-	}
-	return -1
+	return int64(m.GetHistogram().GetSampleCount())
 }
 
 // TestLagSecondsSkipsTheReplay: anvil_projection_lag_seconds has its

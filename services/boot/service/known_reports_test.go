@@ -6,8 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
+	"github.com/anvil-fleet/anvil/libs/events/eventstest"
 	"github.com/anvil-fleet/anvil/services/boot/service"
 	regapi "github.com/anvil-fleet/anvil/services/registry/api"
 )
@@ -84,23 +83,5 @@ func knownLookups(t *testing.T, result string) float64 {
 
 func counter(t *testing.T, name string, labels map[string]string) float64 {
 	t.Helper()
-	mfs, err := prometheus.DefaultGatherer.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if v, ok := labels[l.GetName()]; ok && v != l.GetValue() {
-					continue next
-				}
-			}
-			return m.GetCounter().GetValue()
-		}
-	}
-	return 0
+	return eventstest.Metric(t, name, labels).GetCounter().GetValue()
 }
