@@ -9,6 +9,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 )
 
+// RoundTripBuckets are the duration buckets, in seconds, of what takes a
+// round trip to NATS or JetStream: an append, a command, a KV write.
+var RoundTripBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
+
 var (
 	appended = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "anvil_events_appended_total",
@@ -25,7 +29,7 @@ var (
 	appendDuration = promauto.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "anvil_events_append_duration_seconds",
 		Help:    "Time one Append took (all its events, until JetStream acknowledged the last), by aggregate type and outcome: ok, conflict, error.",
-		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		Buckets: RoundTripBuckets,
 	}, []string{"aggregate", "outcome"})
 )
 

@@ -80,7 +80,7 @@ var (
 		Help: "Commands and queries served, by subject and outcome kind.",
 	}, []string{"subject", "outcome"})
 	// durationBuckets are the command latency buckets, in seconds.
-	durationBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
+	durationBuckets = events.RoundTripBuckets
 	handleDuration  = promauto.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "anvil_command_handle_duration_seconds",
 		Help:    "Time a server took to handle a command or query (decode, handler, reply), by subject and outcome: ok or the error kind.",

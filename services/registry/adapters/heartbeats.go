@@ -17,9 +17,11 @@ import (
 // that is overwritten, so heartbeats never grow the event log.
 const HeartbeatBucket = "anvil_heartbeats"
 
-// Heartbeats stores last-seen times in a JetStream KV bucket.
+// Heartbeats stores last-seen times in a JetStream KV bucket, written off
+// the request path (Run).
 type Heartbeats struct {
 	kv jetstream.KeyValue
+	w  *latestWriter
 }
 
 // NewHeartbeats ensures the bucket.
@@ -37,16 +39,23 @@ func NewHeartbeats(ctx context.Context, js jetstream.JetStream, replicas int) (*
 	if err != nil {
 		return nil, fmt.Errorf("heartbeat bucket: %w", err)
 	}
-	return &Heartbeats{kv: kv}, nil
+	w, err := newLatestWriter(js, HeartbeatBucket)
+	if err != nil {
+		return nil, fmt.Errorf("heartbeat bucket: %w", err)
+	}
+	return &Heartbeats{kv: kv, w: w}, nil
 }
 
 func key(org, uuid string) string { return org + "." + uuid }
 
-// Record stores t as the machine's last heartbeat.
-func (h *Heartbeats) Record(ctx context.Context, org, uuid string, t time.Time) error {
-	_, err := h.kv.PutString(ctx, key(org, uuid), t.UTC().Format(time.RFC3339Nano))
-	return err
+// Record makes t the machine's last heartbeat, to be written by Run; it
+// fails only when too many machines' heartbeats wait to be written.
+func (h *Heartbeats) Record(_ context.Context, org, uuid string, t time.Time) error {
+	return h.w.Set(key(org, uuid), t.UTC().AppendFormat(nil, time.RFC3339Nano))
 }
+
+// Run writes the recorded heartbeats until ctx ends.
+func (h *Heartbeats) Run(ctx context.Context, log *slog.Logger) error { return h.w.Run(ctx, log) }
 
 // Watch calls fn for every stored heartbeat and then every new one, until
 // ctx ends, so every replica's read model knows when each machine was seen.

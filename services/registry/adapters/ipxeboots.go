@@ -19,6 +19,7 @@ const IPXEBootBucket = "anvil_ipxe_boots"
 // bucket.
 type IPXEBoots struct {
 	kv jetstream.KeyValue
+	w  *latestWriter
 }
 
 type ipxeBoot struct {
@@ -38,19 +39,26 @@ func NewIPXEBoots(ctx context.Context, js jetstream.JetStream, replicas int) (*I
 	if err != nil {
 		return nil, fmt.Errorf("iPXE boot bucket: %w", err)
 	}
-	return &IPXEBoots{kv: kv}, nil
+	w, err := newLatestWriter(js, IPXEBootBucket)
+	if err != nil {
+		return nil, fmt.Errorf("iPXE boot bucket: %w", err)
+	}
+	return &IPXEBoots{kv: kv, w: w}, nil
 }
 
-// Record stores a boot at `at`, whose firmware was told to ask again by
-// retryBy (zero: not told to wait), as the machine's latest.
-func (b *IPXEBoots) Record(ctx context.Context, org, uuid string, at, retryBy time.Time) error {
+// Record makes a boot at `at`, whose firmware was told to ask again by
+// retryBy (zero: not told to wait), the machine's latest, to be written by
+// Run; it fails only when too many machines' boots wait to be written.
+func (b *IPXEBoots) Record(_ context.Context, org, uuid string, at, retryBy time.Time) error {
 	v, err := json.Marshal(ipxeBoot{At: at.UTC(), RetryBy: retryBy})
 	if err != nil {
 		return err
 	}
-	_, err = b.kv.Put(ctx, key(org, uuid), v)
-	return err
+	return b.w.Set(key(org, uuid), v)
 }
+
+// Run writes the recorded boots until ctx ends.
+func (b *IPXEBoots) Run(ctx context.Context, log *slog.Logger) error { return b.w.Run(ctx, log) }
 
 // Watch calls fn for every stored boot and then every new one, until ctx
 // ends, so that every replica's read model shows each machine's latest.

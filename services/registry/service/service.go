@@ -133,6 +133,10 @@ func Start(ctx context.Context, cfg Config, o svc.Options, h Hooks) error {
 	if err != nil {
 		return err
 	}
+	// Heartbeats and iPXE boots are written to their buckets off the
+	// request path, from the start: handlers only hand them over.
+	rt.Go("heartbeat writes", func(ctx context.Context) error { return hb.Run(ctx, rt.Log) })
+	rt.Go("iPXE boot writes", func(ctx context.Context) error { return boots.Run(ctx, rt.Log) })
 	enroll, err := adapters.NewEnrollment(ctx, rt.JS, cfg.StreamReplicas)
 	if err != nil {
 		return err
