@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -86,6 +87,10 @@ var (
 		Help:    "Time a server took to handle a command or query (decode, handler, reply), by subject and outcome: ok or the error kind.",
 		Buckets: durationBuckets,
 	}, []string{"subject", "outcome"})
+	waitingRequests = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "anvil_command_requests_waiting",
+		Help: "Requests with a deadline waiting for one of a server's handler slots (all busy), by queue group; past WaitingPerSlot per slot a request is answered busy.",
+	}, []string{"queue"})
 	requestDuration = promauto.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "anvil_command_request_duration_seconds",
 		Help:    "Time a caller waited for the answer to a command or query (the round trip over NATS), by subject and outcome: ok or the error kind (unavailable for no responder or a timeout).",
@@ -108,7 +113,20 @@ type Server struct {
 	log   *slog.Logger
 	slots chan struct{}
 	subs  []*nats.Subscription
+	// waiting counts the requests with a deadline waiting for a slot,
+	// each on its own goroutine, at most maxWaiting; closing ends their
+	// wait when the server closes.
+	waiting    atomic.Int64
+	waitingNow prometheus.Gauge
+	maxWaiting int64
+	closing    chan struct{}
+	closeOnce  sync.Once
 }
+
+// WaitingPerSlot is how many requests may wait for a slot per slot: past
+// that a request is answered "busy" at once (unavailable, try again), as a
+// wait that long would mostly outlast its caller.
+const WaitingPerSlot = 16
 
 // NewServer returns a server whose handlers join queue group queue, so that
 // replicas share the work, running at most concurrency handlers at once.
@@ -119,7 +137,8 @@ func NewServer(nc *nats.Conn, queue string, concurrency int, log *slog.Logger) *
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Server{nc: nc, queue: queue, log: log, slots: make(chan struct{}, concurrency)}
+	return &Server{nc: nc, queue: queue, log: log, slots: make(chan struct{}, concurrency),
+		maxWaiting: int64(concurrency) * WaitingPerSlot, closing: make(chan struct{}), waitingNow: waitingRequests.WithLabelValues(queue)}
 }
 
 // Handle serves fn on subject. Requests are decoded strictly: an unknown
@@ -135,22 +154,52 @@ func Handle[Req, Resp any](s *Server, subject string, fn func(ctx context.Contex
 }
 
 // subscribe serves fn on subject in the server's queue group, at most
-// concurrency at once. While every slot is taken, the subscription waits
-// for one; a request whose caller's deadline passes meanwhile is dropped.
+// concurrency at once. A request with a deadline that finds every slot
+// taken waits for one on its own goroutine, so that the subscription takes
+// the next request at once and each deadline counts from the request's
+// arrival: it is dropped when its deadline passes first, and answered
+// "busy" when too many wait already. A request without a deadline (an old
+// caller's) holds the subscription until a slot frees, as it always did.
 func (s *Server) subscribe(subject string, fn func(context.Context, []byte) (any, error)) error {
-	sub, err := s.nc.QueueSubscribe(subject, s.queue, func(m *nats.Msg) {
-		deadline := deadlineOf(m)
-		if !s.acquire(deadline) {
-			s.expired(subject, deadline, "while waiting for a slot")
+	run := func(m *nats.Msg, deadline time.Time) {
+		defer func() { <-s.slots }()
+		if !deadline.IsZero() && !time.Now().Before(deadline) {
+			s.expired(subject, deadline, "before it was handled")
 			return
 		}
+		s.serve(m, subject, fn, deadline)
+	}
+	sub, err := s.nc.QueueSubscribe(subject, s.queue, func(m *nats.Msg) {
+		deadline := deadlineOf(m)
+		select {
+		case s.slots <- struct{}{}:
+			go run(m, deadline)
+			return
+		default:
+		}
+		if deadline.IsZero() {
+			s.slots <- struct{}{}
+			go run(m, deadline)
+			return
+		}
+		if n := s.waiting.Add(1); n > s.maxWaiting {
+			s.waiting.Add(-1)
+			s.busy(m, subject, n-1)
+			return
+		}
+		s.waitingNow.Inc()
 		go func() {
-			defer func() { <-s.slots }()
-			if !deadline.IsZero() && !time.Now().Before(deadline) {
-				s.expired(subject, deadline, "before it was handled")
+			defer func() { s.waiting.Add(-1); s.waitingNow.Dec() }()
+			if !s.acquire(deadline) {
+				select {
+				case <-s.closing:
+					s.refuse(m, subject, "stopping", errs.Unavailable("%s: the service is stopping; try again", subject))
+				default:
+					s.expired(subject, deadline, "while waiting for a slot")
+				}
 				return
 			}
-			s.serve(m, subject, fn, deadline)
+			run(m, deadline)
 		}()
 	})
 	if err != nil {
@@ -189,19 +238,9 @@ func deadlineOf(m *nats.Msg) time.Time {
 // one (which would overflow a time.Duration) is as good as none.
 const maxTimeout = 100 * 365 * 24 * time.Hour
 
-// acquire takes a slot, waiting while all are taken: without a deadline
-// for as long as that lasts, with one until it passes. It reports whether
-// it got the slot.
+// acquire takes a slot, waiting until one frees, deadline passes or the
+// server closes. It reports whether it got the slot.
 func (s *Server) acquire(deadline time.Time) bool {
-	select {
-	case s.slots <- struct{}{}:
-		return true
-	default:
-	}
-	if deadline.IsZero() {
-		s.slots <- struct{}{}
-		return true
-	}
 	wait := time.Until(deadline)
 	if wait <= 0 {
 		return false
@@ -213,7 +252,25 @@ func (s *Server) acquire(deadline time.Time) bool {
 		return true
 	case <-timer.C:
 		return false
+	case <-s.closing:
+		return false
 	}
+}
+
+// busy answers a request that found every slot taken and too many
+// requests waiting: unavailable, so that its caller tries again later
+// (the boot service's firmware, an agent) instead of waiting in a queue
+// that would outlast it.
+func (s *Server) busy(m *nats.Msg, subject string, waiting int64) {
+	s.refuse(m, subject, "busy", errs.Unavailable("%s is busy: %d handlers run and %d requests wait; try again shortly", subject, cap(s.slots), waiting))
+}
+
+// refuse answers a request that is not handled with err, counted under
+// outcome.
+func (s *Server) refuse(m *nats.Msg, subject, outcome string, err *errs.Error) {
+	handled.WithLabelValues(subject, outcome).Inc()
+	body, _ := json.Marshal(reply{Error: err})
+	s.respond(context.Background(), m, subject, body)
 }
 
 // expired accounts for a request dropped unhandled because its caller's
@@ -273,6 +330,7 @@ func (s *Server) Close() {
 	for _, sub := range s.subs {
 		_ = sub.Drain()
 	}
+	s.closeOnce.Do(func() { close(s.closing) }) // requests still waiting for a slot give up
 	for range cap(s.slots) {
 		s.slots <- struct{}{}
 	}

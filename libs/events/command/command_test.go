@@ -3,6 +3,7 @@ package command_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -514,5 +515,52 @@ func TestHandlerCutShortByTheDeadlineIsExpired(t *testing.T) {
 	})
 	if n := handledTotal(t, subject, string(errs.KindInternal)) - internal; n != 0 {
 		t.Fatalf("%v internal errors counted, want 0", n)
+	}
+}
+
+// Past WaitingPerSlot requests waiting per slot, a request is answered
+// "busy" (unavailable) at once instead of joining a queue that would
+// outlast its caller; the waiting ones are still handled.
+func TestBusyWhenTooManyWait(t *testing.T) {
+	const subject = "cmd.t.busy"
+	g := startGate(t, subject)
+	busy := handledTotal(t, subject, "busy")
+	first := g.hold(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	waited := make(chan error, command.WaitingPerSlot)
+	for i := range command.WaitingPerSlot {
+		go func() {
+			_, err := command.Call[assignReq, assignResp](ctx, g.env.Conn, subject, assignReq{Machine: fmt.Sprintf("w%d", i)})
+			waited <- err
+		}()
+	}
+	// The queue is full once every one of them waits at the server.
+	eventstest.Eventually(t, "the queue full", 30*time.Second, 10*time.Millisecond, func() (bool, string) {
+		n := eventstest.Metric(t, "anvil_command_requests_waiting", map[string]string{"queue": "gate"}).GetGauge().GetValue()
+		return n == command.WaitingPerSlot, fmt.Sprintf("%v waiting", n)
+	})
+	_, err := command.Call[assignReq, assignResp](ctx, g.env.Conn, subject, assignReq{Machine: "extra"})
+	var e *errs.Error
+	if !errors.As(err, &e) || !strings.Contains(e.Message, "is busy") {
+		t.Fatalf("a request past the queue: %v, want busy", err)
+	}
+	if !errs.Is(err, errs.KindUnavailable) {
+		t.Fatalf("busy answer %v, want unavailable", err)
+	}
+	if n := handledTotal(t, subject, "busy") - busy; n < 1 {
+		t.Fatalf("%v busy answers counted", n)
+	}
+	g.free()
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	for range command.WaitingPerSlot {
+		if err := <-waited; err != nil {
+			t.Fatalf("a request that waited for the slot: %v", err)
+		}
+	}
+	if n := g.count("extra"); n != 0 {
+		t.Fatalf("the request refused as busy was handled %d times", n)
 	}
 }
