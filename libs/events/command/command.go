@@ -113,20 +113,22 @@ type Server struct {
 	log   *slog.Logger
 	slots chan struct{}
 	subs  []*nats.Subscription
-	// waiting counts the requests with a deadline waiting for a slot,
-	// each on its own goroutine, at most maxWaiting; closing ends their
-	// wait when the server closes.
-	waiting    atomic.Int64
+	// Requests with a deadline wait for a slot each on its own goroutine,
+	// at most maxWaiting per subject (a flood of one kind of request makes
+	// only that kind busy); closing ends their wait when the server closes.
 	waitingNow prometheus.Gauge
 	maxWaiting int64
 	closing    chan struct{}
 	closeOnce  sync.Once
 }
 
-// WaitingPerSlot is how many requests may wait for a slot per slot: past
-// that a request is answered "busy" at once (unavailable, try again), as a
-// wait that long would mostly outlast its caller.
+// WaitingPerSlot is how many requests of one subject may wait for a slot,
+// per slot: past that a request is answered "busy" at once (unavailable,
+// with a RetryAfter of busyRetryAfter seconds), as a wait that long would
+// mostly outlast its caller.
 const WaitingPerSlot = 16
+
+const busyRetryAfter = 1
 
 // NewServer returns a server whose handlers join queue group queue, so that
 // replicas share the work, running at most concurrency handlers at once.
@@ -161,6 +163,7 @@ func Handle[Req, Resp any](s *Server, subject string, fn func(ctx context.Contex
 // "busy" when too many wait already. A request without a deadline (an old
 // caller's) holds the subscription until a slot frees, as it always did.
 func (s *Server) subscribe(subject string, fn func(context.Context, []byte) (any, error)) error {
+	var waiting atomic.Int64 // this subject's requests waiting for a slot
 	run := func(m *nats.Msg, deadline time.Time) {
 		defer func() { <-s.slots }()
 		if !deadline.IsZero() && !time.Now().Before(deadline) {
@@ -182,14 +185,14 @@ func (s *Server) subscribe(subject string, fn func(context.Context, []byte) (any
 			go run(m, deadline)
 			return
 		}
-		if n := s.waiting.Add(1); n > s.maxWaiting {
-			s.waiting.Add(-1)
+		if n := waiting.Add(1); n > s.maxWaiting {
+			waiting.Add(-1)
 			s.busy(m, subject, n-1)
 			return
 		}
 		s.waitingNow.Inc()
 		go func() {
-			defer func() { s.waiting.Add(-1); s.waitingNow.Dec() }()
+			defer func() { waiting.Add(-1); s.waitingNow.Dec() }()
 			if !s.acquire(deadline) {
 				select {
 				case <-s.closing:
@@ -262,7 +265,9 @@ func (s *Server) acquire(deadline time.Time) bool {
 // (the boot service's firmware, an agent) instead of waiting in a queue
 // that would outlast it.
 func (s *Server) busy(m *nats.Msg, subject string, waiting int64) {
-	s.refuse(m, subject, "busy", errs.Unavailable("%s is busy: %d handlers run and %d requests wait; try again shortly", subject, cap(s.slots), waiting))
+	e := errs.Unavailable("%s is busy: %d handlers run and %d such requests wait; try again shortly", subject, cap(s.slots), waiting)
+	e.RetryAfter = busyRetryAfter
+	s.refuse(m, subject, "busy", e)
 }
 
 // refuse answers a request that is not handled with err, counted under

@@ -542,8 +542,8 @@ func TestBusyWhenTooManyWait(t *testing.T) {
 	})
 	_, err := command.Call[assignReq, assignResp](ctx, g.env.Conn, subject, assignReq{Machine: "extra"})
 	var e *errs.Error
-	if !errors.As(err, &e) || !strings.Contains(e.Message, "is busy") {
-		t.Fatalf("a request past the queue: %v, want busy", err)
+	if !errors.As(err, &e) || !strings.Contains(e.Message, "is busy") || e.RetryAfter < 1 {
+		t.Fatalf("a request past the queue: %#v, want busy with a RetryAfter", err)
 	}
 	if !errs.Is(err, errs.KindUnavailable) {
 		t.Fatalf("busy answer %v, want unavailable", err)

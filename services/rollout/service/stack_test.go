@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/anvil-fleet/anvil/libs/events"
+	"github.com/anvil-fleet/anvil/libs/events/errs"
 	"github.com/anvil-fleet/anvil/libs/events/eventstest"
 	"github.com/anvil-fleet/anvil/libs/events/svc"
 	"github.com/anvil-fleet/anvil/libs/kubeharness"
@@ -320,7 +321,14 @@ func (s *stack) machines(org, pool string, fleet *sim.Fleet, n int) []*sim.Machi
 		_, _ = h.Write([]byte(org + "/" + pool))
 		uuid := fmt.Sprintf("%08x-0000-4000-8000-%012x", h.Sum32(), i)
 		host := fmt.Sprintf("%s-m%02d", pool, i)
-		r, err := s.reg.Machine(s.ctx, org, uuid, regapi.PreRegister{UUID: uuid, Hostname: host, Pool: pool}, 0)
+		var r regapi.MachineReply
+		var err error
+		// As a client would: a registry busy with the firmware of the
+		// machines already added says when to try again.
+		s.eventually("preregister "+host, time.Minute, func() (bool, string) {
+			r, err = s.reg.Machine(s.ctx, org, uuid, regapi.PreRegister{UUID: uuid, Hostname: host, Pool: pool}, 0)
+			return !errs.Is(err, errs.KindUnavailable), fmt.Sprint(err)
+		})
 		if err != nil {
 			s.t.Fatalf("preregister %s: %v", host, err)
 		}
