@@ -37,6 +37,11 @@ type latestWriter struct {
 	mu      sync.Mutex
 	waiting map[string][]byte
 	wake    chan struct{}
+
+	// the bucket's series, looked up once: Set runs on every heartbeat
+	waitingNow               prometheus.Gauge
+	written, failed, refused prometheus.Counter
+	roundTime                prometheus.Observer
 }
 
 const (
@@ -76,7 +81,10 @@ func newLatestWriter(js jetstream.JetStream, bucket string) (*latestWriter, erro
 		return nil, err
 	}
 	return &latestWriter{bucket: bucket, subject: "$KV." + bucket + ".", js: own, maxWaiting: latestMaxWaiting,
-		waiting: map[string][]byte{}, wake: make(chan struct{}, 1)}, nil
+		waiting: map[string][]byte{}, wake: make(chan struct{}, 1),
+		waitingNow: latestWaiting.WithLabelValues(bucket), written: latestWritten.WithLabelValues(bucket, "ok"),
+		failed: latestWritten.WithLabelValues(bucket, "failed"), refused: latestWritten.WithLabelValues(bucket, "refused"),
+		roundTime: latestRound.WithLabelValues(bucket)}, nil
 }
 
 // Set makes v the value to write for key. It does not wait for the write.
@@ -86,13 +94,13 @@ func (w *latestWriter) Set(key string, v []byte) error {
 	if !had && len(w.waiting) >= w.maxWaiting {
 		n := len(w.waiting)
 		w.mu.Unlock()
-		latestWritten.WithLabelValues(w.bucket, "refused").Inc()
+		w.refused.Inc()
 		return errs.Unavailable("%d values wait to be written to %s: try again later", n, w.bucket)
 	}
 	w.waiting[key] = v
 	n := len(w.waiting)
 	w.mu.Unlock()
-	latestWaiting.WithLabelValues(w.bucket).Set(float64(n))
+	w.waitingNow.Set(float64(n))
 	w.poke()
 	return nil
 }
@@ -142,7 +150,7 @@ func (w *latestWriter) round(ctx context.Context) (failed int) {
 	w.waiting = make(map[string][]byte, len(batch))
 	w.mu.Unlock()
 	start := time.Now()
-	defer func() { latestRound.WithLabelValues(w.bucket).Observe(time.Since(start).Seconds()) }()
+	defer func() { w.roundTime.Observe(time.Since(start).Seconds()) }()
 
 	type write struct {
 		key string
@@ -169,8 +177,8 @@ func (w *latestWriter) round(ctx context.Context) (failed int) {
 				lost = append(lost, wr)
 			}
 		}
-		latestWritten.WithLabelValues(w.bucket, "ok").Add(float64(ok))
-		latestWritten.WithLabelValues(w.bucket, "failed").Add(float64(len(window) - ok))
+		w.written.Add(float64(ok))
+		w.failed.Add(float64(len(window) - ok))
 		window = window[:0]
 	}
 	for key, v := range batch {
@@ -194,6 +202,6 @@ func (w *latestWriter) round(ctx context.Context) (failed int) {
 	}
 	waiting := len(w.waiting)
 	w.mu.Unlock()
-	latestWaiting.WithLabelValues(w.bucket).Set(float64(waiting))
+	w.waitingNow.Set(float64(waiting))
 	return len(lost)
 }
