@@ -35,7 +35,7 @@ func TestKnownMachinesReportInBatches(t *testing.T) {
 	uuids := []string{
 		"4c4c4544-0035-4b10-8056-000000000011", // unchanged: kept, answered from memory again
 		"4c4c4544-0035-4b10-8056-000000000012", // changed, still boots: remembered at its new version
-		"4c4c4544-0035-4b10-8056-000000000013", // changed, waits now: forgotten
+		"4c4c4544-0035-4b10-8056-000000000013", // changed, waits now: remembered as waiting
 		"4c4c4544-0035-4b10-8056-000000000014", // refused: forgotten
 		"4c4c4544-0035-4b10-8056-000000000015", // the registry is away: queued again
 	}
@@ -90,12 +90,15 @@ func TestKnownMachinesReportInBatches(t *testing.T) {
 	if kb, ok := k.Boot(bootOf(uuids[1]), reportedAt); !ok || kb.Machine.TargetRevision != 2 {
 		t.Fatalf("changed machine: known %v, %+v", ok, kb.Machine)
 	}
-	for _, u := range uuids[2:4] {
-		if _, ok := k.Boot(bootOf(u), reportedAt); ok {
-			t.Fatalf("%s still known after the registry said it waits or refused it", u)
-		}
+	// The machine that waits now is known as waiting: its next request
+	// is confirmed with the registry, not answered from memory alone.
+	if kb, ok := k.Boot(bootOf(uuids[2]), reportedAt); !ok || !kb.Waits || kb.version != 9 {
+		t.Fatalf("machine that waits now: known %v, waits %v, version %d", ok, kb.Waits, kb.version)
 	}
-	if k.Pending() != 3 { // the requeued boot, and the two boots just made
+	if _, ok := k.Boot(bootOf(uuids[3]), reportedAt); ok {
+		t.Fatalf("%s still known after the registry refused it", uuids[3])
+	}
+	if k.Pending() != 3 { // the requeued boot, and the two boots just made (a waiting machine's is not queued)
 		t.Fatalf("pending %d, want 3", k.Pending())
 	}
 }

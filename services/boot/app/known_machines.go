@@ -17,7 +17,7 @@ import (
 var (
 	knownLookups = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "anvil_boot_ipxe_known_lookups_total",
-		Help: "/ipxe requests by whether the machine's boot decision was answered from memory (hit) or asked of the registry (miss).",
+		Help: "/ipxe requests by whether the machine's boot decision was answered from memory (hit), it was remembered as waiting and confirmed with the registry in a shared batch (wait), or asked of the registry on its own (miss).",
 	}, []string{"result"})
 	bootReports = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "anvil_boot_ipxe_boot_reports_total",
@@ -28,7 +28,7 @@ var (
 		Help: "Machines whose latest iPXE boot waits to be reported to the registry.",
 	})
 	// Looked up once: they are counted on every /ipxe.
-	knownHits, knownMisses = knownLookups.WithLabelValues("hit"), knownLookups.WithLabelValues("miss")
+	knownHits, knownMisses, knownWaits = knownLookups.WithLabelValues("hit"), knownLookups.WithLabelValues("miss"), knownLookups.WithLabelValues("wait")
 )
 
 // KnownMachines lets /ipxe answer a machine that boots from memory: the
@@ -38,9 +38,12 @@ var (
 // log), every machine of an organization at any event of the organization
 // (a token revoked, ForgetOrg), everything when the follower subscribes
 // again (Reset: it may have missed events), and any answer after a TTL
-// (an enrollment token's expiry is not an event). Only boot decisions are
-// kept: a machine that waits is asked about every time, since what an
-// operator does next (assigning it) must show at its next request.
+// (an enrollment token's expiry is not an event). A machine that waits
+// (no pool, no target revision, being deleted) is remembered too, but not
+// answered from memory alone: what an operator does next (assigning it)
+// must show at its next request, which the follower of the log may not
+// have seen yet. Its request is confirmed with the registry together with
+// every other waiting machine's that arrives meanwhile (ConfirmWait).
 //
 // The boots it answers are reported to the registry off the request path
 // (Run): at most one report per machine per report interval, carrying the
@@ -57,6 +60,12 @@ type KnownMachines struct {
 	gen     uint64                          // grows at every ForgetOrg and Reset
 	pending map[string]*regapi.SelfRegister // by UUID
 	wake    chan struct{}
+
+	// the waiting machines' requests to confirm with the registry, and
+	// the batches under way (ConfirmWait)
+	cmu           sync.Mutex
+	confirmQueue  []*waitConfirm
+	confirmFlying int
 }
 
 type (
@@ -82,6 +91,11 @@ type (
 // KnownBoot is a machine answered from memory.
 type KnownBoot struct {
 	Machine regapi.Machine
+	// Waits: the machine waits (as the registry last answered); its
+	// request is confirmed with the registry (ConfirmWait), and its boot
+	// is recorded by that, not queued.
+	Waits   bool
+	version uint64
 	entry   *knownEntry
 	// what was prepared for its boot script, and for which base URL, when
 	// it was looked up
@@ -123,7 +137,13 @@ func (k *KnownMachines) Boot(r regapi.SelfRegister, now time.Time) (KnownBoot, b
 		knownMisses.Inc()
 		return KnownBoot{}, false
 	}
-	kb := KnownBoot{Machine: e.machine, entry: e, prepared: e.prepared, preparedFor: e.preparedFor}
+	kb := KnownBoot{Machine: e.machine, version: e.version, entry: e, prepared: e.prepared, preparedFor: e.preparedFor}
+	if waitReason(e.machine) != "" {
+		k.mu.Unlock()
+		kb.Waits = true
+		knownWaits.Inc()
+		return kb, true
+	}
 	if e.queued == nil {
 		q, queued := k.pending[key]
 		if !queued {
@@ -171,8 +191,9 @@ func (k *KnownMachines) keepPreparedFor(m regapi.Machine, base string, p *prepar
 	}
 }
 
-// Remember keeps the registry's answer to a boot (reply to r) that booted
-// the machine, unless something it may predate was forgotten since t.
+// Remember keeps the registry's answer to a boot (reply to r), whether it
+// booted the machine or told it to wait, unless something it may predate
+// was forgotten since t.
 func (k *KnownMachines) Remember(t KnownTicket, r regapi.SelfRegister, reply regapi.MachineReply, now time.Time) {
 	m := reply.Machine
 	ref := machineRef{m.Org, m.UUID}
@@ -425,19 +446,15 @@ func (k *KnownMachines) reportBatch(ctx context.Context, reg BootReporter, now f
 			bootReports.WithLabelValues("sent").Inc()
 			k.refresh(t, r, res.Version, now())
 		default:
-			reply := regapi.SelfRegisterReply{MachineReply: regapi.MachineReply{Machine: *res.Machine, Version: res.Version}}
-			if waitReason(reply.Machine) == "" {
-				bootReports.WithLabelValues("sent").Inc()
-				k.Remember(t, r, reply.MachineReply, now())
-			}
+			// It boots another revision now, or waits: either way its
+			// next request finds the registry's newer answer.
+			bootReports.WithLabelValues("sent").Inc()
+			k.Remember(t, r, regapi.MachineReply{Machine: *res.Machine, Version: res.Version}, now())
 		}
 	}
 	for i, res := range results {
-		switch r := boots[i]; {
-		case res.Error != nil:
-			k.reported(ctx, log, r, regapi.SelfRegisterReply{}, res.Error)
-		case res.Machine != nil && waitReason(*res.Machine) != "":
-			k.reported(ctx, log, r, regapi.SelfRegisterReply{MachineReply: regapi.MachineReply{Machine: *res.Machine, Version: res.Version}}, nil)
+		if res.Error != nil {
+			k.reported(ctx, log, boots[i], res.Error)
 		}
 	}
 	return true
@@ -445,14 +462,14 @@ func (k *KnownMachines) reportBatch(ctx context.Context, reg BootReporter, now f
 
 // reported counts the registry's answer to a reported boot and acts on a
 // refusal (the machine is asked about at its next boot) or a failure (the
-// boot is reported again); true when the machine still boots.
-func (k *KnownMachines) reported(ctx context.Context, log debugLog, r regapi.SelfRegister, reply regapi.SelfRegisterReply, err error) bool {
+// boot is reported again); true when the answer is to be remembered.
+func (k *KnownMachines) reported(ctx context.Context, log debugLog, r regapi.SelfRegister, err error) bool {
 	switch {
-	case err == nil && waitReason(reply.Machine) == "":
+	case err == nil:
 		bootReports.WithLabelValues("sent").Inc()
 		return true
-	case err == nil || !errs.Is(err, errs.KindUnavailable):
-		// It waits now, or was refused: its next boot asks.
+	case !errs.Is(err, errs.KindUnavailable):
+		// Refused: its next boot asks.
 		bootReports.WithLabelValues("refused").Inc()
 		k.forgetKey(r)
 	default:
@@ -474,7 +491,7 @@ func (k *KnownMachines) reportEach(ctx context.Context, reg Registry, now func()
 			for r := range work {
 				t := k.Ticket()
 				reply, err := reg.SelfRegister(ctx, r)
-				if k.reported(ctx, log, r, reply, err) {
+				if k.reported(ctx, log, r, err) {
 					k.Remember(t, r, reply.MachineReply, now())
 				}
 			}

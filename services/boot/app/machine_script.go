@@ -16,7 +16,8 @@ import (
 // MachineScript answers GET /ipxe?uuid&mac&token[&attempt]: it registers
 // the machine through the registry (which verifies the enrollment token and
 // records the iPXE boot), or answers a machine that booted before and did
-// not change since from memory (KnownMachines), and then either boots it
+// not change since from memory (KnownMachines), or confirms a machine
+// remembered as waiting in a batch with others, and then either boots it
 // (kernel, initrd and an Ignition URL with a per-boot token) or, while it
 // has no pool or no target
 // revision, tells it to wait and ask again with a growing delay.
@@ -41,7 +42,18 @@ func (a *App) MachineScript(ctx context.Context, req ScriptRequest) Script {
 		kb, known = a.Known.Boot(boot, now)
 	}
 	m := kb.Machine
-	if !known {
+	asked := false // the registry answered for this request
+	if known && kb.Waits {
+		// Remembered as waiting: the registry confirms it, with the
+		// other waiting machines' requests, so that an assignment made
+		// just now shows.
+		c, err := a.Known.ConfirmWait(ctx, a.Registry, boot, kb, a.Now, a.Log)
+		if err != nil {
+			return a.refuse(ctx, endpoint, registryRefusal(err), q.Attempt, retry, "uuid", q.UUID, "err", err)
+		}
+		known, asked, m = false, !c.Alone, c.Machine
+	}
+	if !known && !asked {
 		var ticket KnownTicket
 		if a.Known != nil {
 			ticket = a.Known.Ticket()
@@ -54,15 +66,15 @@ func (a *App) MachineScript(ctx context.Context, req ScriptRequest) Script {
 		if reply.Created {
 			a.Log.InfoContext(ctx, "machine registered itself", "org", m.Org, "uuid", m.UUID, "mac", q.MAC)
 		}
-		if waiting := waitReason(m); waiting != "" {
-			ipxeScripts.WithLabelValues("wait").Inc()
-			a.Log.DebugContext(ctx, "machine waits", "org", m.Org, "uuid", m.UUID, "why", waiting, "attempt", q.Attempt, "retry_in_s", delay)
-			msgs := []string{fmt.Sprintf("machine %s is registered in organization %s (status %s)", m.UUID, m.Org, m.Status), waiting}
-			return Script{Body: []byte(ipxe.WaitScript(msgs, delay, q.Attempt, retry)), Kind: "wait"}
-		}
 		if a.Known != nil {
 			a.Known.Remember(ticket, boot, reply.MachineReply, now)
 		}
+	}
+	if waiting := waitReason(m); waiting != "" {
+		ipxeScripts.WithLabelValues("wait").Inc()
+		a.Log.DebugContext(ctx, "machine waits", "org", m.Org, "uuid", m.UUID, "why", waiting, "attempt", q.Attempt, "retry_in_s", delay)
+		msgs := []string{fmt.Sprintf("machine %s is registered in organization %s (status %s)", m.UUID, m.Org, m.Status), waiting}
+		return Script{Body: []byte(ipxe.WaitScript(msgs, delay, q.Attempt, retry)), Kind: "wait"}
 	}
 
 	var prep *preparedBoot
