@@ -173,7 +173,8 @@ func Start(ctx context.Context, cfg Config) (*Stack, error) {
 			return nil, err
 		}
 	}
-	srv, err := natsserver.Start(natsserver.Options{DataDir: filepath.Join(cfg.DataDir, "jetstream"), Host: host, Port: port, Name: "anvil-dev"})
+	srv, err := natsserver.Start(natsserver.Options{DataDir: filepath.Join(cfg.DataDir, "jetstream"), Host: host, Port: port, Name: "anvil-dev",
+		Logger: cfg.Logger.With("service", "nats")})
 	if err != nil {
 		return nil, err
 	}

@@ -8,6 +8,8 @@ package eventstest
 
 import (
 	"context"
+	"log/slog"
+	"os"
 	"testing"
 
 	"github.com/nats-io/nats.go"
@@ -36,7 +38,7 @@ func Start(t testing.TB, reg *events.Registry) *Env {
 // server on the same data.
 func StartIn(t testing.TB, dir string, reg *events.Registry) *Env {
 	t.Helper()
-	srv, err := natsserver.Start(natsserver.Options{DataDir: dir})
+	srv, err := natsserver.Start(natsserver.Options{DataDir: dir, Logger: serverLogger()})
 	if err != nil {
 		t.Fatalf("embedded nats-server: %v", err)
 	}
@@ -68,4 +70,19 @@ func (e *Env) Stop() {
 		e.Server.Shutdown()
 		e.Server = nil
 	}
+}
+
+// serverLogger sends the embedded server's warnings and errors to stderr
+// when ANVIL_TEST_NATS_LOG is set (its value a level: warn, info, debug),
+// for a test or benchmark whose services stall on JetStream.
+func serverLogger() *slog.Logger {
+	v := os.Getenv("ANVIL_TEST_NATS_LOG")
+	if v == "" {
+		return nil
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(v)); err != nil {
+		level = slog.LevelWarn
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 }

@@ -3,8 +3,10 @@
 package natsserver
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"time"
 
@@ -18,6 +20,10 @@ type Options struct {
 	Host    string // listen address for external clients; "" means no listener
 	Port    int    // 0 picks a free port when Host is set
 	Name    string
+	// Logger receives the server's warnings and errors (slow consumers,
+	// stalled stores, limits reached) and, at debug level, its notices;
+	// nil: the server logs nothing.
+	Logger *slog.Logger
 }
 
 // Server is a running embedded nats-server.
@@ -49,9 +55,15 @@ func Start(o Options) (*Server, error) {
 	} else if o.Port == 0 {
 		opts.Port = server.RANDOM_PORT
 	}
+	if o.Logger != nil {
+		opts.NoLog = false
+	}
 	ns, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("natsserver: %w", err)
+	}
+	if o.Logger != nil {
+		ns.SetLoggerV2(serverLog{o.Logger.With("component", "nats-server")}, false, false, false)
 	}
 	go ns.Start()
 	if !ns.ReadyForConnections(30 * time.Second) {
@@ -80,3 +92,22 @@ func (s *Server) Shutdown() {
 	s.ns.Shutdown()
 	s.ns.WaitForShutdown()
 }
+
+// serverLog is nats-server's logger on slog: what the server warns about
+// (a slow consumer, a store that cannot keep up) must reach the
+// operator's logs with everything else.
+type serverLog struct{ log *slog.Logger }
+
+func (l serverLog) logf(level slog.Level, format string, v []any) {
+	if !l.log.Enabled(context.Background(), level) {
+		return
+	}
+	l.log.Log(context.Background(), level, fmt.Sprintf(format, v...))
+}
+
+func (l serverLog) Noticef(format string, v ...any) { l.logf(slog.LevelDebug, format, v) }
+func (l serverLog) Warnf(format string, v ...any)   { l.logf(slog.LevelWarn, format, v) }
+func (l serverLog) Fatalf(format string, v ...any)  { l.logf(slog.LevelError, format, v) }
+func (l serverLog) Errorf(format string, v ...any)  { l.logf(slog.LevelError, format, v) }
+func (l serverLog) Debugf(format string, v ...any)  { l.logf(slog.LevelDebug-4, format, v) }
+func (l serverLog) Tracef(format string, v ...any)  { l.logf(slog.LevelDebug-8, format, v) }

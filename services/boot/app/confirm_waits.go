@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -39,6 +40,9 @@ type waitConfirm struct {
 	boot    regapi.SelfRegister
 	version uint64
 	done    chan struct{}
+	// gone: its request ended before a batch took it (the firmware
+	// gave up); it is left out rather than confirmed for no one
+	gone atomic.Bool
 	// the outcome, set before done closes
 	machine regapi.Machine
 	changed bool
@@ -71,6 +75,9 @@ func (k *KnownMachines) ConfirmWait(ctx context.Context, reg Registry, boot rega
 		waitConfirmations.WithLabelValues("alone").Inc()
 		return WaitConfirmation{Alone: true}, nil
 	}
+	if err := ctx.Err(); err != nil {
+		return WaitConfirmation{}, errs.Unavailable("the request ended before the registry was asked: %v", err)
+	}
 	c := &waitConfirm{boot: boot, version: kb.version, done: make(chan struct{})}
 	k.cmu.Lock()
 	k.confirmQueue = append(k.confirmQueue, c)
@@ -85,6 +92,7 @@ func (k *KnownMachines) ConfirmWait(ctx context.Context, reg Registry, boot rega
 	select {
 	case <-c.done:
 	case <-ctx.Done():
+		c.gone.Store(true)
 		return WaitConfirmation{}, errs.Unavailable("the registry did not confirm the machine's wait in time: %v", ctx.Err())
 	}
 	switch {
@@ -103,16 +111,27 @@ func (k *KnownMachines) ConfirmWait(ctx context.Context, reg Registry, boot rega
 func (k *KnownMachines) confirmRounds(ctx context.Context, reg BootReporter, now func() time.Time, log debugLog) {
 	for {
 		k.cmu.Lock()
-		n := min(len(k.confirmQueue), reportBatch)
-		if n == 0 {
+		batch := make([]*waitConfirm, 0, min(len(k.confirmQueue), reportBatch))
+		taken := 0
+		for _, c := range k.confirmQueue {
+			if len(batch) == reportBatch {
+				break
+			}
+			taken++
+			if c.gone.Load() {
+				close(c.done)
+				continue
+			}
+			batch = append(batch, c)
+		}
+		k.confirmQueue = k.confirmQueue[taken:]
+		if len(k.confirmQueue) == 0 {
+			k.confirmQueue = nil // let the backing array go
+		}
+		if len(batch) == 0 {
 			k.confirmFlying--
 			k.cmu.Unlock()
 			return
-		}
-		batch := k.confirmQueue[:n:n]
-		k.confirmQueue = k.confirmQueue[n:]
-		if len(k.confirmQueue) == 0 {
-			k.confirmQueue = nil // let the backing array go
 		}
 		k.cmu.Unlock()
 		k.confirmBatch(ctx, reg, now, log, batch)

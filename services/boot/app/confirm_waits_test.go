@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/anvil-fleet/anvil/libs/events/errs"
+	"github.com/anvil-fleet/anvil/libs/events/eventstest"
 	regapi "github.com/anvil-fleet/anvil/services/registry/api"
 )
 
@@ -156,8 +157,7 @@ func TestConfirmWaitsShareBatches(t *testing.T) {
 	}
 	// Every request is queued or in one of the first batches before any
 	// batch is answered.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	eventstest.Eventually(t, "every request queued or under way", 10*time.Second, time.Millisecond, func() (bool, string) {
 		k.cmu.Lock()
 		queued := len(k.confirmQueue)
 		k.cmu.Unlock()
@@ -167,14 +167,8 @@ func TestConfirmWaitsShareBatches(t *testing.T) {
 			inFlight += s
 		}
 		mu.Unlock()
-		if queued+inFlight == n {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("queued %d, in flight %d of %d", queued, inFlight, n)
-		}
-		time.Sleep(time.Millisecond) // waits for goroutines of this test to queue; not a timing assertion
-	}
+		return queued+inFlight == n, fmt.Sprintf("queued %d, in flight %d of %d", queued, inFlight, n)
+	})
 	close(release)
 	wg.Wait()
 	close(errc)
@@ -225,5 +219,65 @@ func TestConfirmWaitEndsWithItsRequest(t *testing.T) {
 	defer cancel()
 	if _, err := k.ConfirmWait(ctx, reg, r, kb, fixedNow, discardLog{}); !errs.Is(err, errs.KindUnavailable) {
 		t.Fatalf("a request past its deadline: %v", err)
+	}
+}
+
+// A request that gave up while queued is left out of the next batch: the
+// registry confirms no wait that no firmware waits for.
+func TestConfirmWaitLeavesOutRequestsThatEnded(t *testing.T) {
+	k := NewKnownMachines(time.Hour, 10*time.Second)
+	release := make(chan struct{})
+	var mu sync.Mutex
+	var sent []string
+	reg := &batchRegistry{}
+	reg.answer = func(boots []regapi.ReportedIPXEBoot) ([]regapi.IPXEBootResult, error) {
+		mu.Lock()
+		for _, b := range boots {
+			sent = append(sent, b.UUID)
+		}
+		mu.Unlock()
+		<-release
+		out := make([]regapi.IPXEBootResult, len(boots))
+		for i, b := range boots {
+			out[i] = regapi.IPXEBootResult{Version: b.Version}
+		}
+		return out, nil
+	}
+	var wg sync.WaitGroup
+	// Every flight busy with one request each (one after the other, so
+	// that no flight takes two).
+	for i := range confirmFlights {
+		r, kb := knownWaiting(t, k, fmt.Sprintf("4c4c4544-0035-4b10-8056-%012d", 200+i))
+		wg.Go(func() {
+			if _, err := k.ConfirmWait(context.Background(), reg, r, kb, fixedNow, discardLog{}); err != nil {
+				t.Error(err)
+			}
+		})
+		eventstest.Eventually(t, "the flights under way", 10*time.Second, time.Millisecond, func() (bool, string) {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(sent) == i+1, fmt.Sprintf("%d of %d flights under way", len(sent), i+1)
+		})
+	}
+	const gone = "4c4c4544-0035-4b10-8056-000000000299"
+	r, kb := knownWaiting(t, k, gone)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := k.ConfirmWait(ctx, reg, r, kb, fixedNow, discardLog{}); err == nil {
+		t.Fatal("a request that ended was answered")
+	}
+	close(release)
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	for _, u := range sent {
+		if u == gone {
+			t.Fatalf("the request that ended went to the registry: %v", sent)
+		}
+	}
+	k.cmu.Lock()
+	defer k.cmu.Unlock()
+	if k.confirmFlying != 0 || len(k.confirmQueue) != 0 {
+		t.Fatalf("flights %d, queue %d", k.confirmFlying, len(k.confirmQueue))
 	}
 }

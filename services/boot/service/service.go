@@ -68,6 +68,11 @@ type Hooks struct {
 	Renderer app.IgnitionSource
 	// Now replaces the clock.
 	Now func() time.Time
+	// Listeners are served plain HTTP as well as cfg.Listen: an
+	// in-memory listener for a simulated fleet in the same process
+	// (sim.MemNetwork), which would otherwise hold two file descriptors
+	// per connection.
+	Listeners []net.Listener
 }
 
 // Run starts the service and blocks until ctx ends.
@@ -197,7 +202,11 @@ func Start(ctx context.Context, cfg Config, o svc.Options, h Hooks) error {
 		PublicURL: cfg.PublicURL, TLSConfigured: tlsLn != nil, TLSPublicURL: cfg.TLSPublicURL, TLSPort: tlsPort,
 		PlainSecrets: cfg.AllowPlainSecrets, Health: rt.Health, Log: log,
 	}
-	servers := []*http.Server{serve(reqCtx, plainLn, ports.NewHTTP(a, opts), log)}
+	plain := ports.NewHTTP(a, opts)
+	servers := []*http.Server{serve(reqCtx, plainLn, plain, log)}
+	for _, ln := range h.Listeners {
+		servers = append(servers, serve(reqCtx, ln, plain, log))
+	}
 	if tlsLn != nil {
 		tlsOpts := opts
 		tlsOpts.TLS = true

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"net"
 	"os"
 	"strings"
 	"sync"
@@ -61,7 +62,11 @@ type stack struct {
 	regs *regservice.Service
 	api  api.Client
 	url  string
-	logs *eventstest.SyncBuffer
+	// fleetNet carries the simulated fleet's HTTP to the boot service in
+	// memory: 10,000 agents' long polls over TCP would hold more file
+	// descriptors than the process may open.
+	fleetNet *sim.MemNetwork
+	logs     *eventstest.SyncBuffer
 
 	mu         sync.Mutex
 	appliedAt  map[string]time.Time // pool: when the last apply was asked for
@@ -129,8 +134,11 @@ func newStackWith(t testing.TB, o stackOptions) *stack {
 	bcfg := bootservice.Config{Config: svc.Config{Service: bootservice.Name}, Listen: "127.0.0.1:0", SigningKeys: signingKey,
 		RetryInitial: 200 * time.Millisecond, RetryMax: time.Second, AssetBaseURL: "http://mirror.test/flatcar", AssetsDir: assets}
 	var boot *bootservice.Service
+	s.fleetNet = sim.NewMemNetwork()
+	t.Cleanup(func() { _ = s.fleetNet.Close() })
 	s.run("boot", func(ctx context.Context) error {
-		return bootservice.Start(ctx, bcfg, svc.Options{Conn: s.conn(), Logger: s.logger("boot")}, bootservice.Hooks{Ready: bready})
+		return bootservice.Start(ctx, bcfg, svc.Options{Conn: s.conn(), Logger: s.logger("boot")},
+			bootservice.Hooks{Ready: bready, Listeners: []net.Listener{s.fleetNet.Listener()}})
 	}, func() { boot = <-bready })
 	s.url = "http://" + boot.Addr
 
@@ -177,7 +185,13 @@ func warnings(logs string, n int) string {
 }
 
 func (s *stack) logger(name string) *slog.Logger {
-	return slog.New(slog.NewJSONHandler(s.logs, &slog.HandlerOptions{Level: slog.LevelInfo})).With("svc", name)
+	h := slog.Handler(slog.NewJSONHandler(s.logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	if live := os.Getenv("ANVIL_TEST_WARNINGS"); live != "" {
+		// A long run (the 10,000-machine benchmark) shows its warnings as
+		// they happen, not only when it ends.
+		h = slog.NewMultiHandler(h, slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	return slog.New(h).With("svc", name)
 }
 
 // startRollout starts (or restarts) the rollout service.
@@ -285,6 +299,7 @@ func (s *stack) fleetFor(token string, mut func(*sim.Config)) *sim.Fleet {
 	cfg := sim.Config{
 		BootURL: s.url, EnrollmentToken: token, Kube: s.cp.Client, MaxWait: 200 * time.Millisecond,
 		AgentIntervals: sim.TestIntervals(), Logger: s.logger("sim"), StateDir: s.t.TempDir(),
+		HTTPClient: s.fleetNet.HTTPClient(),
 	}
 	if mut != nil {
 		mut(&cfg)
