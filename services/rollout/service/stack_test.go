@@ -337,12 +337,11 @@ func (s *stack) machines(org, pool string, fleet *sim.Fleet, n int) []*sim.Machi
 		uuid := fmt.Sprintf("%08x-0000-4000-8000-%012x", h.Sum32(), i)
 		host := fmt.Sprintf("%s-m%02d", pool, i)
 		var r regapi.MachineReply
-		var err error
 		// As a client would: a registry busy with the firmware of the
 		// machines already added says when to try again.
-		s.eventually("preregister "+host, time.Minute, func() (bool, string) {
+		err := s.whileUnavailable("preregister "+host, func() (err error) {
 			r, err = s.reg.Machine(s.ctx, org, uuid, regapi.PreRegister{UUID: uuid, Hostname: host, Pool: pool}, 0)
-			return !errs.Is(err, errs.KindUnavailable), fmt.Sprint(err)
+			return err
 		})
 		if err != nil {
 			s.t.Fatalf("preregister %s: %v", host, err)
@@ -458,11 +457,28 @@ func (s *stack) waitRollout(org, pool string, revision uint64, d time.Duration, 
 
 func (s *stack) get(org, id string) api.Rollout {
 	s.t.Helper()
-	r, err := s.api.Get(s.ctx, api.GetRequest{Org: org, ID: id})
+	var r api.Rollout
+	err := s.whileUnavailable("get rollout "+id, func() (err error) {
+		r, err = s.api.Get(s.ctx, api.GetRequest{Org: org, ID: id})
+		return err
+	})
 	if err != nil {
 		s.t.Fatal(err)
 	}
 	return r
+}
+
+// whileUnavailable calls fn again, for up to a minute, while it fails as
+// unavailable (a service busy or slow to answer on a loaded machine says
+// to try again), as a client would; it returns fn's last error.
+func (s *stack) whileUnavailable(what string, fn func() error) error {
+	s.t.Helper()
+	var err error
+	s.eventually(what, time.Minute, func() (bool, string) {
+		err = fn()
+		return !errs.Is(err, errs.KindUnavailable), fmt.Sprint(err)
+	})
+	return err
 }
 
 // log reads the whole operation log of a rollout.
@@ -471,7 +487,11 @@ func (s *stack) log(org, id string) []string {
 	var out []string
 	after := 0
 	for {
-		p, err := s.api.Log(s.ctx, api.LogRequest{Org: org, ID: id, After: after})
+		var p api.LogPage
+		err := s.whileUnavailable("read the log of rollout "+id, func() (err error) {
+			p, err = s.api.Log(s.ctx, api.LogRequest{Org: org, ID: id, After: after})
+			return err
+		})
 		if err != nil {
 			s.t.Fatal(err)
 		}
