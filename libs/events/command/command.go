@@ -5,6 +5,7 @@ package command
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
@@ -427,14 +428,75 @@ func (s *Server) serve(m *nats.Msg, subject string, fn func(context.Context, []b
 var expiredReply, _ = json.Marshal(reply{Error: errs.Unavailable("the caller's deadline passed while the request was handled")})
 
 // respond sends body as the reply to m, if m wants one. The connection
-// copies body before Respond returns.
+// copies body before Respond returns. A reply larger than compressAbove
+// goes gzipped to a caller that takes it (HeaderAcceptEncoding): a
+// rollout of 10,000 machines is several MiB of JSON, more than the
+// message size NATS allows (1 MiB by default), and about a tenth of it
+// compressed. A reply NATS cannot carry even so is answered with an
+// error that says so, rather than left for the caller to time out on.
 func (s *Server) respond(ctx context.Context, m *nats.Msg, subject string, body []byte) {
 	if m.Reply == "" {
 		return
 	}
-	if err := m.Respond(body); err != nil {
+	var err error
+	if len(body) > compressAbove && m.Header.Get(HeaderAcceptEncoding) == encodingGzip {
+		err = respondGzipped(m, body)
+	} else {
+		err = m.Respond(body)
+	}
+	if errors.Is(err, nats.ErrMaxPayload) {
+		tooLarge, _ := json.Marshal(reply{Error: errs.Internal(
+			"the reply of %s is %d bytes, more than NATS carries in one message; ask for less (a page, a filter)", subject, len(body))})
+		err = m.Respond(tooLarge)
+	}
+	if err != nil {
 		s.log.WarnContext(ctx, "reply not sent", "subject", subject, "err", err)
 	}
+}
+
+const (
+	// HeaderAcceptEncoding: the caller takes a gzipped reply.
+	HeaderAcceptEncoding = "Anvil-Accept-Encoding"
+	// HeaderEncoding: the reply is gzipped.
+	HeaderEncoding = "Anvil-Encoding"
+	encodingGzip   = "gzip"
+	// compressAbove is the reply size from which replies are gzipped:
+	// smaller ones cost more to compress than to carry.
+	compressAbove = 256 << 10
+	// maxInflated bounds a gzipped reply's size once inflated, so that
+	// a reply cannot make its caller allocate without limit.
+	maxInflated = 256 << 20
+)
+
+func respondGzipped(m *nats.Msg, body []byte) error {
+	var b bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&b, gzip.BestSpeed)
+	if _, err := zw.Write(body); err != nil {
+		return err
+	}
+	if err := zw.Close(); err != nil {
+		return err
+	}
+	return m.RespondMsg(&nats.Msg{Data: b.Bytes(), Header: nats.Header{HeaderEncoding: []string{encodingGzip}}})
+}
+
+// inflate returns a reply's body, gunzipped if it came gzipped.
+func inflate(resp *nats.Msg) ([]byte, error) {
+	if resp.Header.Get(HeaderEncoding) != encodingGzip {
+		return resp.Data, nil
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(resp.Data))
+	if err != nil {
+		return nil, err
+	}
+	data, err := io.ReadAll(io.LimitReader(zr, maxInflated+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > maxInflated {
+		return nil, fmt.Errorf("more than %d bytes inflated", maxInflated)
+	}
+	return data, nil
 }
 
 // Call sends req to subject and decodes the answer into Resp. A refusal
@@ -494,6 +556,7 @@ func call[Req any](ctx context.Context, span trace.Span, nc *nats.Conn, subject 
 	}
 	deadline, _ := ctx.Deadline() // there is one: DefaultTimeout at the latest
 	msg.Header.Set(HeaderTimeout, strconv.FormatInt(max(time.Until(deadline).Milliseconds(), 1), 10))
+	msg.Header.Set(HeaderAcceptEncoding, encodingGzip)
 	resp, err := nc.RequestMsgWithContext(ctx, msg)
 	if err != nil {
 		span.RecordError(err)
@@ -507,11 +570,15 @@ func call[Req any](ctx context.Context, span trace.Span, nc *nats.Conn, subject 
 			return nil, errs.Unavailable("%s: %v", subject, err)
 		}
 	}
-	if result, ok := resultOf(resp.Data); ok {
+	body, err := inflate(resp)
+	if err != nil {
+		return nil, errs.Internal("%s answered with a gzipped reply that does not inflate: %v", subject, err)
+	}
+	if result, ok := resultOf(body); ok {
 		return result, nil
 	}
 	var rep reply
-	if err := json.Unmarshal(resp.Data, &rep); err != nil {
+	if err := json.Unmarshal(body, &rep); err != nil {
 		return nil, errs.Internal("%s answered with something that is not a reply: %v", subject, err)
 	}
 	if rep.Error != nil {

@@ -2,9 +2,11 @@ package command_test
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"testing"
@@ -562,5 +564,54 @@ func TestBusyWhenTooManyWait(t *testing.T) {
 	}
 	if n := g.count("extra"); n != 0 {
 		t.Fatalf("the request refused as busy was handled %d times", n)
+	}
+}
+
+type bulk struct {
+	Rows []string `json:"rows"`
+}
+
+// A reply larger than NATS carries in one message (1 MiB here) reaches
+// its caller gzipped, whole; one too large even so is answered with an
+// error that says why, not left for the caller to time out on.
+func TestLargeReplies(t *testing.T) {
+	env := eventstest.Start(t, events.NewRegistry())
+	srv := command.NewServer(env.Conn, "large", 4, nil)
+	t.Cleanup(srv.Close)
+	seed := time.Now().UnixNano()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(uint64(seed), 0))
+	err := command.Handle(srv, "cmd.t.large", func(_ context.Context, req struct{ Rows, Random int }) (bulk, error) {
+		out := bulk{Rows: make([]string, req.Rows)}
+		for i := range out.Rows {
+			if req.Random > 0 {
+				b := make([]byte, req.Random)
+				for j := range b {
+					b[j] = byte(rng.IntN(256))
+				}
+				out.Rows[i] = base64.StdEncoding.EncodeToString(b)
+			} else {
+				out.Rows[i] = fmt.Sprintf("machine bd772e58-0000-4000-8000-%012x phase done outcome succeeded", i)
+			}
+		}
+		return out, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	// About 4 MiB of JSON, like a rollout of 10,000 machines.
+	got, err := command.Call[struct{ Rows, Random int }, bulk](ctx, env.Conn, "cmd.t.large", struct{ Rows, Random int }{Rows: 50000})
+	if err != nil || len(got.Rows) != 50000 || got.Rows[49999] != fmt.Sprintf("machine bd772e58-0000-4000-8000-%012x phase done outcome succeeded", 49999) {
+		t.Fatalf("large reply: %d rows, %v", len(got.Rows), err)
+	}
+	raw, err := command.CallJSON(ctx, env.Conn, "cmd.t.large", struct{ Rows, Random int }{Rows: 50000})
+	if err != nil || len(raw) < 3<<20 {
+		t.Fatalf("large reply as JSON: %d bytes, %v", len(raw), err)
+	}
+	// 2 MiB of random bytes does not compress below 1 MiB.
+	_, err = command.Call[struct{ Rows, Random int }, bulk](ctx, env.Conn, "cmd.t.large", struct{ Rows, Random int }{Rows: 2, Random: 1 << 20})
+	if !errs.Is(err, errs.KindInternal) || !strings.Contains(err.Error(), "more than NATS carries") {
+		t.Fatalf("a reply too large even gzipped: %v", err)
 	}
 }

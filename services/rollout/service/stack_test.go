@@ -93,6 +93,9 @@ type stackOptions struct {
 	// registrations per enrollment token; 0 is its default (10/s, 100).
 	enrollmentRate  float64
 	enrollmentBurst int
+	// leaseTTL: the rollout's --lease-ttl; 0 is 3 s, so that the tests
+	// that kill a driver see another take over quickly.
+	leaseTTL time.Duration
 }
 
 func newStack(t testing.TB) *stack {
@@ -153,8 +156,11 @@ func newStackWith(t testing.TB, o stackOptions) *stack {
 		})
 	})
 
+	if o.leaseTTL == 0 {
+		o.leaseTTL = 3 * time.Second
+	}
 	s.rolloutCfg = service.Config{Config: svc.Config{Service: service.Name, StreamReplicas: 1},
-		Instance: "test", LeaseTTL: 3 * time.Second, Poll: 500 * time.Millisecond, Replan: 5 * time.Second,
+		Instance: "test", LeaseTTL: o.leaseTTL, Poll: 500 * time.Millisecond, Replan: 5 * time.Second,
 		KubeQPS: o.kubeQPS, KubeBurst: o.kubeBurst}
 	s.startRollout()
 	t.Cleanup(func() {
