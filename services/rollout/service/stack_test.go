@@ -62,9 +62,10 @@ type stack struct {
 	regs *regservice.Service
 	api  api.Client
 	url  string
-	// fleetNet carries the simulated fleet's HTTP to the boot service in
-	// memory: 10,000 agents' long polls over TCP would hold more file
-	// descriptors than the process may open.
+	// fleetNet can carry a simulated fleet's HTTP to the boot service in
+	// memory (sim.Config.HTTPClient = fleetNet.HTTPClient()): 10,000
+	// agents' long polls over TCP would hold more file descriptors than
+	// the process may open. Smaller fleets use TCP, which costs less CPU.
 	fleetNet *sim.MemNetwork
 	logs     *eventstest.SyncBuffer
 
@@ -305,7 +306,6 @@ func (s *stack) fleetFor(token string, mut func(*sim.Config)) *sim.Fleet {
 	cfg := sim.Config{
 		BootURL: s.url, EnrollmentToken: token, Kube: s.cp.Client, MaxWait: 200 * time.Millisecond,
 		AgentIntervals: sim.TestIntervals(), Logger: s.logger("sim"), StateDir: s.t.TempDir(),
-		HTTPClient: s.fleetNet.HTTPClient(),
 	}
 	if mut != nil {
 		mut(&cfg)
