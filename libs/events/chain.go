@@ -4,7 +4,6 @@ import (
 	"errors"
 	"sync"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -58,8 +57,8 @@ func (s *JetStreamStore) appendChained(op *appendOp) {
 		for i := first; i < len(op.envs); i++ {
 			// Never pooled: nats.go keeps an asynchronous message until its
 			// answer comes, to send it again if no server answered.
-			out := &outgoing{header: make(nats.Header, 12)}
-			op.fillAt(i, i > first, &out.msg, headerBuilder{header: out.header, values: out.values[:0]})
+			out := newOutgoing()
+			op.fillAt(i, i > first, &out.msg, &out.h)
 			f, err := js.PublishMsgAsync(&out.msg)
 			if err != nil {
 				if i == first {

@@ -100,7 +100,6 @@ type JetStreamStore struct {
 	js     jetstream.JetStream
 	stream jetstream.Stream
 	reg    *Registry
-	now    func() time.Time
 	actor  string
 	pipe   pipeline // AppendMany's publisher
 	chain  chainer  // the publisher of appends of several events
@@ -120,7 +119,7 @@ func NewJetStreamStore(ctx context.Context, js jetstream.JetStream, reg *Registr
 	if err != nil {
 		return nil, err
 	}
-	return &JetStreamStore{js: js, stream: s, reg: reg, now: time.Now, chains: s.CachedInfo().Config.Replicas <= 1}, nil
+	return &JetStreamStore{js: js, stream: s, reg: reg, chains: s.CachedInfo().Config.Replicas <= 1}, nil
 }
 
 // Registry returns the registry the store encodes payloads with.
@@ -133,7 +132,7 @@ func (s *JetStreamStore) Append(ctx context.Context, ref AggregateRef, expected 
 	}
 	for op.pending() {
 		out := outgoingPool.Get().(*outgoing)
-		op.fill(&out.msg, headerBuilder{header: out.header, values: out.values[:0]})
+		op.fill(&out.msg, &out.h)
 		ack, err := s.js.PublishMsg(op.ctx, &out.msg)
 		out.release()
 		op.settle(ack, err)
@@ -141,23 +140,27 @@ func (s *JetStreamStore) Append(ctx context.Context, ref AggregateRef, expected 
 	return op.end()
 }
 
-// outgoing is an event's message with room for its header values, used
-// again and again: a publish encodes the headers and copies the payload
-// into the connection's buffer as it sends, and keeps the message only
-// until it returns (synchronous) or until its answer comes (asynchronous:
-// to send it again if no server answered).
+// outgoing is an event's message and its headers, used again and again: a
+// publish encodes the headers and copies the payload into the
+// connection's buffer as it sends, and keeps the message only until it
+// returns (synchronous) or until its answer comes (asynchronous: to send
+// it again if no server answered).
 type outgoing struct {
-	msg    nats.Msg
-	header nats.Header
-	values [12]string // the envelope's headers and the two expectations
+	msg nats.Msg
+	h   headerBuilder
 }
 
-var outgoingPool = sync.Pool{New: func() any { return &outgoing{header: make(nats.Header, 12)} }}
+func newOutgoing() *outgoing {
+	return &outgoing{h: headerBuilder{header: make(nats.Header, headerSlots)}}
+}
+
+var outgoingPool = sync.Pool{New: func() any { return newOutgoing() }}
 
 // release hands out back to the pool, keeping none of its strings alive.
+// Its header keeps its keys, their values emptied, until fillAt sets
+// every slot again.
 func (out *outgoing) release() {
-	clear(out.header)
-	clear(out.values[:])
+	clear(out.h.values[:])
 	out.msg = nats.Msg{}
 	outgoingPool.Put(out)
 }
@@ -188,12 +191,14 @@ var spanAttributes = sync.Pool{New: func() any { return new([7]attribute.KeyValu
 // variadic option list made per call escapes to the heap.
 var producerSpan = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindProducer)}
 
-// beginAppend starts the span of an append and seals its envelopes.
+// beginAppend starts the span of an append and seals its envelopes. The
+// clock is read once: the events' time is when their append began, which
+// is also where its duration is measured from.
 func (s *JetStreamStore) beginAppend(ctx context.Context, ref AggregateRef, expected uint64, drafts []Draft) appendOp {
 	op := appendOp{s: s, ref: ref, subject: ref.Subject(), expected: expected, drafts: len(drafts),
 		start: time.Now(), bound: bindingFor(ref)}
 	op.ctx, op.span = tracer.Start(ctx, op.bound.spanName, producerSpan...)
-	op.envs, op.err = seal(op.ctx, s.reg, ref, s.now(), s.actor, drafts)
+	op.envs, op.err = seal(op.ctx, s.reg, ref, op.start, s.actor, drafts)
 	if op.err == nil {
 		op.timeText = formatHeaderTime(op.envs[0].Time)
 	}
@@ -208,21 +213,25 @@ func (op *appendOp) pending() bool { return op.err == nil && op.stored < len(op.
 // expects (the headers jetstream.WithExpectStream and
 // WithExpectLastSequencePerSubject set, put in directly, as the
 // envelope's Nats-Msg-Id already is).
-func (op *appendOp) fill(m *nats.Msg, h headerBuilder) { op.fillAt(op.stored, false, m, h) }
+func (op *appendOp) fill(m *nats.Msg, h *headerBuilder) { op.fillAt(op.stored, false, m, h) }
 
 // fillAt makes m the message of event i; chained, it expects the
 // stream's last message to be event i-1 instead of the aggregate's
-// version (appendChained).
-func (op *appendOp) fillAt(i int, chained bool, m *nats.Msg, h headerBuilder) {
+// version (appendChained). It sets every slot of h, so that h may hold
+// another message's headers.
+func (op *appendOp) fillAt(i int, chained bool, m *nats.Msg, h *headerBuilder) {
 	env := &op.envs[i]
 	h.envelope(env, op.timeText)
-	h.set(jetstream.ExpectedStreamHeader, StreamName)
+	h.set(slotExpectedStream, StreamName)
+	var lastID, lastSeq string
 	switch {
 	case chained:
-		h.set(jetstream.ExpectedLastMsgIDHeader, op.envs[i-1].ID)
+		lastID = op.envs[i-1].ID
 	case op.expected != Any:
-		h.set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(op.expected, 10))
+		lastSeq = strconv.FormatUint(op.expected, 10)
 	}
+	h.set(slotExpectedLastMsgID, lastID)
+	h.set(slotExpectedLastSeq, lastSeq)
 	m.Subject, m.Header, m.Data = op.subject, h.header, env.Payload
 }
 

@@ -217,8 +217,8 @@ func (d *batchDriver) publish(w *aggregateWriter) bool {
 		w.op.settle(nil, ctx.Err())
 		return false
 	}
-	out := &outgoing{header: make(nats.Header, 12)} // never pooled: see run
-	w.op.fill(&out.msg, headerBuilder{header: out.header, values: out.values[:0]})
+	out := newOutgoing() // never pooled: see run
+	w.op.fill(&out.msg, &out.h)
 	w.inFlight, w.ack, w.err = out, nil, nil
 	d.p.mu.Lock()
 	d.p.waiting[&out.msg] = w

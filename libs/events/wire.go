@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // The wire form is binary content mode, as in CloudEvents' NATS binding: the
@@ -31,29 +32,56 @@ func EncodeMsg(env *Envelope) *nats.Msg {
 	return &nats.Msg{Subject: env.Ref().Subject(), Header: h.header, Data: env.Payload}
 }
 
-// headerBuilder fills a nats.Header whose values share one backing array,
-// one allocation for all of them rather than one per header: a message is
-// built on every append. Keys go in as given, so they must be in the
+// The headers an event's message may carry, each at its slot of a
+// headerBuilder.
+const (
+	slotID = iota
+	slotType
+	slotSchemaVersion
+	slotTime
+	slotActor
+	slotCorrelation
+	slotCausation
+	slotTraceparent
+	slotTracestate
+	slotExpectedStream
+	slotExpectedLastMsgID
+	slotExpectedLastSeq
+	headerSlots
+)
+
+// headerKeys are the slots' keys, as they go into a message: in the
 // canonical form nats.Header.Set would give them (TestHeaderKeysCanonical),
-// except the trace context's, which stay lowercase.
+// except the trace context's, which stay lowercase as the W3C propagator
+// reads them.
+var headerKeys = [headerSlots]string{HeaderEventID, HeaderEventType, HeaderSchemaVersion, HeaderTime,
+	HeaderActor, HeaderCorrelation, HeaderCausation, headerTraceparent, headerTracestate,
+	jetstream.ExpectedStreamHeader, jetstream.ExpectedLastMsgIDHeader, jetstream.ExpectedLastSubjSeqHeader}
+
+// headerBuilder fills a nats.Header whose values are slices of its own
+// array, each header's at its slot: one allocation for all of them rather
+// than one per header, a message being built on every append. A builder
+// used again (an append's pooled message) touches its map only where a
+// header comes or goes: a value is changed in place.
 type headerBuilder struct {
 	header nats.Header
-	values []string
+	values [headerSlots]string
+	has    uint16 // the slots whose header is in header (headerSlots <= 16)
 }
 
-func newHeaderBuilder(n int) headerBuilder {
-	return headerBuilder{header: make(nats.Header, n), values: make([]string, 0, n)}
-}
+func newHeaderBuilder(n int) *headerBuilder { return &headerBuilder{header: make(nats.Header, n)} }
 
-func (b *headerBuilder) set(k, v string) {
-	b.values = append(b.values, v)
-	n := len(b.values)
-	b.header[k] = b.values[n-1 : n : n]
-}
-
-func (b *headerBuilder) setIf(k, v string) {
-	if v != "" {
-		b.set(k, v)
+// set puts v at slot; an empty v removes the slot's header.
+func (b *headerBuilder) set(slot int, v string) {
+	b.values[slot] = v
+	bit := uint16(1) << slot
+	switch {
+	case v != "" && b.has&bit == 0:
+		b.header[headerKeys[slot]] = b.values[slot : slot+1 : slot+1]
+		b.has |= bit
+	case v == "" && b.has&bit != 0:
+		delete(b.header, headerKeys[slot])
+		b.has &^= bit
 	}
 }
 
@@ -71,17 +99,15 @@ func envelopeHeaders(env *Envelope) int {
 // envelope sets the headers that carry env's metadata; timeText is
 // formatHeaderTime(env.Time), which the events of one append share.
 func (b *headerBuilder) envelope(env *Envelope, timeText string) {
-	b.set(HeaderEventID, env.ID)
-	b.set(HeaderEventType, env.Type)
-	b.set(HeaderSchemaVersion, strconv.Itoa(env.SchemaVersion))
-	b.set(HeaderTime, timeText)
-	b.setIf(HeaderActor, escapeHeader(env.Actor))
-	b.setIf(HeaderCorrelation, escapeHeader(env.CorrelationID))
-	b.setIf(HeaderCausation, escapeHeader(env.CausationID))
-	// Lowercase keys, as the W3C propagator reads them (nats.Header.Set
-	// would canonicalise them).
-	b.setIf(headerTraceparent, env.Trace[headerTraceparent])
-	b.setIf(headerTracestate, env.Trace[headerTracestate])
+	b.set(slotID, env.ID)
+	b.set(slotType, env.Type)
+	b.set(slotSchemaVersion, strconv.Itoa(env.SchemaVersion))
+	b.set(slotTime, timeText)
+	b.set(slotActor, escapeHeader(env.Actor))
+	b.set(slotCorrelation, escapeHeader(env.CorrelationID))
+	b.set(slotCausation, escapeHeader(env.CausationID))
+	b.set(slotTraceparent, env.Trace[headerTraceparent])
+	b.set(slotTracestate, env.Trace[headerTracestate])
 }
 
 func formatHeaderTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
