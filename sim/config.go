@@ -9,7 +9,9 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 )
 
 // DefaultKwokLabel is the label that makes kwok play a node's kubelet in the
@@ -152,4 +154,16 @@ func NewHTTPClient() *http.Client {
 	t.MaxIdleConnsPerHost = 4096
 	t.IdleConnTimeout = 90 * time.Second
 	return &http.Client{Transport: t}
+}
+
+// KubeletClient builds the fleet's Kubernetes client from rc as a
+// kubelet's is built: protobuf on the wire (what the API server encodes
+// and the client decodes most cheaply) and the rate limit given, which a
+// fleet of many simulated kubelets sharing one client needs raised.
+func KubeletClient(rc *rest.Config, qps float32, burst int) (kubernetes.Interface, error) {
+	rc = rest.CopyConfig(rc)
+	rc.QPS, rc.Burst = qps, burst
+	rc.ContentType = runtime.ContentTypeProtobuf
+	rc.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	return kubernetes.NewForConfig(rc)
 }

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -98,6 +99,10 @@ func (c *Clusters) Cluster(ctx context.Context, org, name string) (app.Cluster, 
 	}
 	rc.QPS, rc.Burst, rc.Timeout = c.QPS, c.Burst, 30*time.Second
 	rc.UserAgent = "anvil-rollout"
+	// Protobuf, as the kubelet and the controllers speak: the watch
+	// decodes every change of every Node, and JSON costs more to decode.
+	rc.ContentType = runtime.ContentTypeProtobuf
+	rc.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
 	cs, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return nil, errs.Conflict("the kubeconfig of cluster %s cannot be used: %v", name, err)

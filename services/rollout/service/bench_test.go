@@ -62,16 +62,22 @@ func BenchmarkRollout1000(b *testing.B) { benchRollout(b, 1000) }
 //	go test ./services/rollout/service -run '^$' -bench 'Rollout10000$' -benchtime 1x -timeout 90m
 func BenchmarkRollout10000(b *testing.B) { benchRollout(b, 10000) }
 
+// benchNodeLease is the simulated kubelets' node lease in the rollout
+// benchmarks: renewed every minute.
+const benchNodeLease = 4 * time.Minute
+
 func benchRollout(b *testing.B, full int) {
 	n := eventstest.BenchSize(b, "machines", full, 5)
 	// The waits of the setup grow with the fleet: every thousand machines
 	// take about two minutes to boot and provision on two cores.
 	within := time.Duration(max(1, (n+999)/1000)) * 3 * time.Minute
-	// The agents heartbeat every heartbeat ±20%; the registry marks a
-	// machine offline after offline of silence: well apart, so that no
-	// machine is offline at the rollout's sanity check however loaded the
-	// machine running the benchmark is.
-	const heartbeat, offline = 10 * time.Second, time.Minute
+	// The agents heartbeat and long-poll as the agent does by default
+	// (every 30 s ±20%, 30 s polls) and the registry marks a machine
+	// offline after its default 90 s of silence: a fleet's background
+	// chatter at its real rate, well apart from the offline mark so that
+	// no machine is offline at the rollout's sanity check however loaded
+	// the machine running the benchmark is.
+	const heartbeat, pollWait, offline = 30 * time.Second, 30 * time.Second, 90 * time.Second
 	// The rollout's client and the floor's get the fleet's limits: with
 	// the default 200 requests/s both would be bound by their client's
 	// rate limiter, not by the work.
@@ -83,17 +89,21 @@ func benchRollout(b *testing.B, full int) {
 	// The rollout service's default lease (15 s) rather than the tests'
 	// 3 s: on two loaded cores a KV renewal sometimes takes longer than
 	// the 2.5 s a 3 s lease allows, and each lost lease stops the driver.
+	// The simulated kubelets renew their node leases every minute, not
+	// every 10 s: the test's Kubernetes control plane shares the two cores
+	// with what it measures, and 10,000 kubelets renewing at a real
+	// kubelet's rate are 1,000 lease writes a second that, in production,
+	// the workload cluster's own control plane carries.
 	s := newStackWith(b, stackOptions{offlineAfter: offline, kubeQPS: qps, kubeBurst: burst,
-		enrollmentRate: 1000, enrollmentBurst: n, leaseTTL: 15 * time.Second})
+		enrollmentRate: 1000, enrollmentBurst: n, leaseTTL: 15 * time.Second,
+		kube: []kubeharness.Option{kubeharness.WithNodeLeaseDuration(benchNodeLease)}})
 	org, pool := "bench", "bench"
 	tok := s.org(org)
 	s.cluster(org, "c1")
 	// The fleet's own Kubernetes client, with a limit for 1,000 kubelets:
 	// the harness's shared one (200 requests/s) would bound the rollout by
 	// the simulator's Node updates, not by the rollout's own calls.
-	rc := s.cp.RESTConfig()
-	rc.QPS, rc.Burst = qps, burst
-	kube, err := kubernetes.NewForConfig(rc)
+	kube, err := sim.KubeletClient(s.cp.RESTConfig(), qps, burst)
 	must(b, err)
 	fleet := s.fleetFor(tok, func(c *sim.Config) {
 		c.Kube = kube
@@ -101,7 +111,7 @@ func benchRollout(b *testing.B, full int) {
 		c.AgentIntervals = sim.TestIntervals()
 		c.AgentIntervals.Heartbeat = heartbeat
 		c.AgentIntervals.Report = time.Minute
-		c.AgentIntervals.PollWait = 20 * time.Second
+		c.AgentIntervals.PollWait = pollWait
 		if n > memNetworkFrom {
 			c.HTTPClient = s.fleetNet.HTTPClient()
 		}

@@ -97,6 +97,8 @@ type stackOptions struct {
 	// leaseTTL: the rollout's --lease-ttl; 0 is 3 s, so that the tests
 	// that kill a driver see another take over quickly.
 	leaseTTL time.Duration
+	// kube: options of the test's Kubernetes control plane.
+	kube []kubeharness.Option
 }
 
 func newStack(t testing.TB) *stack {
@@ -112,7 +114,7 @@ func newStackWith(t testing.TB, o stackOptions) *stack {
 	if testing.Short() {
 		t.Skip("starts a control plane and the whole stack")
 	}
-	cp := kubeharness.Start(t)
+	cp := kubeharness.Start(t, o.kube...)
 	env := eventstest.Start(t, service.NewRegistry())
 	s := &stack{t: t, root: t, env: env, cp: cp, ctx: events.WithActor(context.Background(), testActor), logs: &eventstest.SyncBuffer{},
 		appliedAt: map[string]time.Time{}}

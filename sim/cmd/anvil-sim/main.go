@@ -150,8 +150,7 @@ func run(args []string) error {
 		}
 		// A thousand machines booting at once each create a node; client-side
 		// throttling at client-go's default 5 QPS would take minutes.
-		rc.QPS, rc.Burst = 200, 400
-		if kube, err = kubernetes.NewForConfig(rc); err != nil {
+		if kube, err = sim.KubeletClient(rc, 200, 400); err != nil {
 			return fmt.Errorf("kubeconfig: %w", err)
 		}
 	}
