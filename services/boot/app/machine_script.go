@@ -94,13 +94,12 @@ func (a *App) MachineScript(ctx context.Context, req ScriptRequest) Script {
 			a.Known.keepPreparedFor(m, req.Base, prep)
 		}
 	}
-	// The Ignition URL with its per-boot token is built in place (as
-	// ipxe.IgnitionURL would: the token's characters need no escaping).
-	var ub [512]byte
-	ignitionURL := a.Keys.AppendBoot(ipxe.AppendIgnitionURLPrefix(ub[:0], req.IgnitionBase, m.UUID), signing.BootClaims{
+	// The per-boot token is signed into the script in place, after the
+	// part of it kept from this machine's boot before.
+	claims := signing.BootClaims{
 		Org: m.Org, UUID: m.UUID, Pool: m.Pool, Revision: m.TargetRevision, Expires: now.Add(a.Settings.BootTokenTTL), Issued: now,
-	})
-	body, err := prep.script.AppendScriptURL(req.Buf, ignitionURL, delay, retry)
+	}
+	body, err := prep.script.AppendBoot(req.Buf, req.IgnitionBase, m.UUID, func(b []byte) []byte { return a.Keys.AppendBoot(b, claims) }, delay, retry)
 	if err != nil {
 		return a.refuse(ctx, endpoint, ipxe.Refuse(ipxe.ReasonConfigInvalid, "the boot script cannot be built: %v", err), q.Attempt, retry, "org", m.Org, "uuid", m.UUID)
 	}

@@ -101,3 +101,33 @@ func TestAccessLogLevels(t *testing.T) {
 		t.Errorf("failure: %+v %v", failed, err)
 	}
 }
+
+// firmwareFirst routes exactly as the mux it stands in front of: the same
+// handler, the same pattern (the span's name, the metric's route), for
+// the firmware paths, their neighbours and any method.
+func TestFirmwareFirstRoutesAsTheMux(t *testing.T) {
+	var ran, pattern string
+	handler := func(name string) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) { ran, pattern = name, r.Pattern }
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/boot.ipxe", handler("chain"))
+	mux.HandleFunc("/ipxe", handler("machine"))
+	mux.HandleFunc("GET /ignition", handler("ignition"))
+	mux.HandleFunc("GET /assets/", handler("asset"))
+	fast := firmwareFirst(mux, handler("chain"), handler("machine"))
+	for _, method := range []string{http.MethodGet, http.MethodHead, http.MethodPost, "BREW"} {
+		for _, target := range []string{"/ipxe?uuid=u", "/boot.ipxe", "/%69pxe", "/ipxe/", "//ipxe", "/a/../ipxe", "/IPXE", "/ignition", "/assets/x", "/"} {
+			serve := func(h http.Handler) (string, string, int) {
+				ran, pattern = "", ""
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, httptest.NewRequest(method, target, nil))
+				return ran, pattern, w.Code
+			}
+			wantRan, wantPattern, wantCode := serve(mux)
+			if gotRan, gotPattern, gotCode := serve(fast); gotRan != wantRan || gotPattern != wantPattern || gotCode != wantCode {
+				t.Errorf("%s %s: ran %q, pattern %q, %d; the mux: %q, %q, %d", method, target, gotRan, gotPattern, gotCode, wantRan, wantPattern, wantCode)
+			}
+		}
+	}
+}

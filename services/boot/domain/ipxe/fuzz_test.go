@@ -78,5 +78,15 @@ func FuzzScripts(f *testing.F) {
 				t.Fatalf("lint: %v\n%s", err, b)
 			}
 		}
+		// A token appended in place (what signing appends, or anything
+		// else) makes a script that lints, or none.
+		if p, err := PrepareBoot(Boot{Messages: []string{msg}, AssetBase: "http://m/f/stable/1"}); err == nil {
+			b, err := p.AppendBoot(nil, base, msg, func(b []byte) []byte { return append(b, tok...) }, attempt, MachineURL(base, tok, attempt))
+			if err == nil {
+				if err := Lint(string(b)); err != nil {
+					t.Fatalf("lint: %v\n%s", err, b)
+				}
+			}
+		}
 	})
 }

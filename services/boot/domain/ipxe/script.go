@@ -1,7 +1,6 @@
 package ipxe
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"strconv"
@@ -189,6 +188,15 @@ type PreparedBoot struct {
 	// the slot delay%len: the delays a machine is told are few and close
 	// together (a back-off step and its jitter).
 	failed [8]atomic.Pointer[failedLines]
+	// ignition is head with the Ignition URL up to its token, for the
+	// last Ignition base and machine (AppendBoot): a machine boots again
+	// through the same listener, so it is built and checked once.
+	ignition atomic.Pointer[ignitionHead]
+}
+
+type ignitionHead struct {
+	base, uuid string
+	text       string
 }
 
 type failedLines struct {
@@ -241,17 +249,47 @@ func (p *PreparedBoot) AppendScript(dst []byte, ignitionURL string, retryDelay i
 	return p.appendTail(append(dst, ignitionURL...), failed, delay, retryURL), nil
 }
 
-// AppendScriptURL is AppendScript with the Ignition URL in bytes (built
-// with AppendIgnitionURLPrefix and the per-boot token), which it copies.
-func (p *PreparedBoot) AppendScriptURL(dst, ignitionURL []byte, retryDelay int, retryURL string) ([]byte, error) {
-	if !bytes.Contains(ignitionURL, []byte("/ignition?")) || !urlBytes(ignitionURL) {
-		return dst, errIgnitionURL
+// AppendBoot is AppendScript for the Ignition URL of machine uuid on
+// ignitionBase (IgnitionURL) with the per-boot token that sign appends to
+// its argument. The script up to the token is kept from the request
+// before (same base and machine), so that per request only the token and
+// the retry are written and checked: the token must be made of token
+// characters (signing makes base64url and '.'). On an error, dst is
+// returned as it was.
+func (p *PreparedBoot) AppendBoot(dst []byte, ignitionBase, uuid string, sign func([]byte) []byte, retryDelay int, retryURL string) ([]byte, error) {
+	head, err := p.ignitionHead(ignitionBase, uuid)
+	if err != nil {
+		return dst, err
 	}
-	dst, delay, failed := p.appendHead(dst, len(ignitionURL), retryDelay, retryURL)
-	return p.appendTail(append(dst, ignitionURL...), failed, delay, retryURL), nil
+	delay, failed := p.failedLines(retryDelay)
+	start := len(dst)
+	dst = append(dst, head...)
+	at := len(dst)
+	if dst = sign(dst); len(dst) == at || !tokenChars(dst[at:]) {
+		return dst[:start], errBootToken
+	}
+	return p.appendTail(dst, failed, delay, retryURL), nil
 }
 
-var errIgnitionURL = errors.New("ignition URL was not built by IgnitionURL")
+// ignitionHead is head and IgnitionURLPrefix(base, uuid), checked as
+// AppendScript checks a whole Ignition URL.
+func (p *PreparedBoot) ignitionHead(base, uuid string) (string, error) {
+	if h := p.ignition.Load(); h != nil && h.base == base && h.uuid == uuid {
+		return h.text, nil
+	}
+	prefix := IgnitionURLPrefix(base, uuid)
+	if !urlChars(prefix) {
+		return "", errIgnitionURL
+	}
+	h := &ignitionHead{base: base, uuid: uuid, text: p.head + prefix}
+	p.ignition.Store(h)
+	return h.text, nil
+}
+
+var (
+	errIgnitionURL = errors.New("ignition URL was not built by IgnitionURL")
+	errBootToken   = errors.New("the per-boot token is empty or holds characters no token has")
+)
 
 // appendHead appends what precedes an Ignition URL of urlLen bytes, to
 // a dst of the script's size when it is nil, and returns the retry delay
@@ -297,16 +335,6 @@ func (p *PreparedBoot) appendTail(dst []byte, failed string, delay int, retryURL
 func urlChars(s string) bool {
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; c != '&' && c != '?' && !inertByte(c) {
-			return false
-		}
-	}
-	return true
-}
-
-// urlBytes is urlChars for bytes.
-func urlBytes(b []byte) bool {
-	for _, c := range b {
-		if c != '&' && c != '?' && !inertByte(c) {
 			return false
 		}
 	}

@@ -32,3 +32,29 @@ func TestSignBootMatchesItsDefinition(t *testing.T) {
 		}
 	}
 }
+
+// The tokens and credentials already issued must keep verifying, and
+// other replicas (of an older version) must take what this one issues:
+// their exact bytes for a fixed key are pinned.
+func TestSignedBytesArePinned(t *testing.T) {
+	k, err := NewKeys([]byte("0123456789abcdef0123456789abcdef"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const uuid = "4c4c4544-0035-4b10-8056-000000000001"
+	issued := time.UnixMilli(1_799_996_400_123)
+	const token = "pb2.YWNtZXw0YzRjNDU0NC0wMDM1LTRiMTAtODA1Ni0wMDAwMDAwMDAwMDF8d29ya2Vyc3w3fDE4MDAwMDAwMDB8MTc5OTk5NjQwMDEyMw.rrPwu11jcQblF4q42_DuWIIlD3EKPLc-XEzLJkUyky4"
+	if got := k.SignBoot(BootClaims{Org: "acme", UUID: uuid, Pool: "workers", Revision: 7, Expires: time.Unix(1_800_000_000, 0), Issued: issued}); got != token {
+		t.Errorf("per-boot token %q, want %q", got, token)
+	}
+	if _, err := k.VerifyBoot(token, uuid, issued); err != nil {
+		t.Errorf("pinned per-boot token refused: %v", err)
+	}
+	const cred = "ac2_acme_mr-0123456789abcdef0123_mywndr7f_lv-chTwX8idON_JH53tguxIT"
+	if got := k.SignCredential("acme", uuid, "mr-0123456789abcdef0123", issued); got != cred {
+		t.Errorf("credential %q, want %q", got, cred)
+	}
+	if _, err := k.VerifyCredential(cred, uuid); err != nil {
+		t.Errorf("pinned credential refused: %v", err)
+	}
+}

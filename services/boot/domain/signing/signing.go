@@ -100,22 +100,29 @@ func derive(key []byte, purpose string) []byte {
 func mac(key []byte, parts ...string) []byte {
 	pool := macPool(key)
 	st := pool.Get().(*macState)
-	defer pool.Put(st)
-	st.h.Reset()
+	st.buf = st.buf[:0]
 	for _, p := range parts {
-		st.write(p)
+		st.buf = appendPart(st.buf, p)
 	}
-	return st.h.Sum(nil)
+	sum := st.sum(nil)
+	pool.Put(st)
+	return sum
 }
 
-// write hashes one part, length-prefixed, so that no two different part
-// lists collide ("<len>:<part>;").
-func (st *macState) write(p string) {
-	st.buf = strconv.AppendInt(st.buf[:0], int64(len(p)), 10)
-	st.buf = append(st.buf, ':')
-	st.buf = append(st.buf, p...)
-	st.buf = append(st.buf, ';')
+// appendPart appends one part to what is hashed, length-prefixed, so that
+// no two different part lists collide ("<len>:<part>;").
+func appendPart[T string | []byte](buf []byte, p T) []byte {
+	buf = strconv.AppendInt(buf, int64(len(p)), 10)
+	buf = append(buf, ':')
+	buf = append(buf, p...)
+	return append(buf, ';')
+}
+
+// sum appends the HMAC of what st.buf holds to dst, hashed in one write.
+func (st *macState) sum(dst []byte) []byte {
+	st.h.Reset()
 	st.h.Write(st.buf)
+	return st.h.Sum(dst)
 }
 
 // appendMAC appends mac(key, prefix, string(payload)) to dst without
@@ -123,17 +130,12 @@ func (st *macState) write(p string) {
 func appendMAC(dst, key []byte, prefix string, payload []byte) []byte {
 	pool := macPool(key)
 	st := pool.Get().(*macState)
-	defer pool.Put(st)
-	st.h.Reset()
-	st.write(prefix)
-	st.buf = strconv.AppendInt(st.buf[:0], int64(len(payload)), 10)
-	st.buf = append(st.buf, ':')
-	st.buf = append(st.buf, payload...)
-	st.buf = append(st.buf, ';')
-	st.h.Write(st.buf)
+	st.buf = appendPart(appendPart(st.buf[:0], prefix), payload)
 	// Summed into the state's buffer: dst, given to the hash, would escape.
-	st.sum = st.h.Sum(st.sum[:0])
-	return append(dst, st.sum...)
+	st.out = st.sum(st.out[:0])
+	dst = append(dst, st.out...)
+	pool.Put(st)
+	return dst
 }
 
 // macPools keeps keyed HMAC states per key (by the address of its first
@@ -144,7 +146,7 @@ var macPools sync.Map // *byte -> *sync.Pool of *macState
 type macState struct {
 	h   hash.Hash
 	buf []byte
-	sum []byte
+	out []byte
 }
 
 func macPool(key []byte) *sync.Pool {
