@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -58,7 +59,7 @@ func InstrumentHTTP(service string, next http.Handler) http.Handler {
 				code = http.StatusOK
 			}
 			route, method := RouteLabel(r.Pattern), MethodLabel(r.Method)
-			httpDuration.WithLabelValues(service, route, method, strconv.Itoa(code)).Observe(time.Since(start).Seconds())
+			observers.of(service, route, method, code).Observe(time.Since(start).Seconds())
 			if span.IsRecording() {
 				span.SetName(method + " " + route)
 				span.SetAttributes(semconv.HTTPRequestMethodKey.String(method), semconv.HTTPRoute(route),
@@ -74,6 +75,30 @@ func InstrumentHTTP(service string, next http.Handler) http.Handler {
 		}()
 		next.ServeHTTP(mw, r)
 	})
+}
+
+// observerKey names one series of anvil_http_request_duration_seconds.
+type observerKey struct {
+	service, route, method string
+	code                   int
+}
+
+// observerCache holds each series' observer once looked up: the labels
+// are bounded (patterns, folded methods, status codes), and looking a
+// series up by its label values hashes them and formats the code on
+// every request, a tenth of a cached boot script's cost.
+type observerCache struct{ m sync.Map } // observerKey -> prometheus.Observer
+
+var observers observerCache
+
+func (c *observerCache) of(service, route, method string, code int) prometheus.Observer {
+	k := observerKey{service, route, method, code}
+	if o, ok := c.m.Load(k); ok {
+		return o.(prometheus.Observer)
+	}
+	o := httpDuration.WithLabelValues(service, route, method, strconv.Itoa(code))
+	c.m.Store(k, o)
+	return o
 }
 
 // serverSpan is the option of every request's span, made once.
