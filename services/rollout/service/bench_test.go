@@ -69,8 +69,10 @@ const benchNodeLease = 4 * time.Minute
 func benchRollout(b *testing.B, full int) {
 	n := eventstest.BenchSize(b, "machines", full, 5)
 	// The waits of the setup grow with the fleet: every thousand machines
-	// take about two minutes to boot and provision on two cores.
-	within := time.Duration(max(1, (n+999)/1000)) * 3 * time.Minute
+	// take two to three minutes to boot and provision on two cores, more
+	// when the machine is shared (10,000 were 5,737 done after 30 minutes
+	// beside another benchmark); the setup is not what is measured.
+	within := time.Duration(max(1, (n+999)/1000)) * 6 * time.Minute
 	// The agents heartbeat and long-poll as the agent does by default
 	// (every 30 s ±20%, 30 s polls) and the registry marks a machine
 	// offline after its default 90 s of silence: a fleet's background
