@@ -100,6 +100,8 @@ func WithArgs(component string, args ...string) Option {
 // a small machine take it longer: 10,000 kubelets renewing every 10 s are
 // 1,000 lease writes a second, which a production cluster's control plane
 // carries but a test's, sharing two cores with what it tests, does not.
+//
+// d must be whole seconds, at least 4 s; Start fails otherwise.
 func WithNodeLeaseDuration(d time.Duration) Option { return func(o *options) { o.nodeLease = d } }
 
 // WithLogger receives the harness's progress messages (default: discarded).
@@ -116,6 +118,11 @@ func StartProcess(ctx context.Context, dir string, opts ...Option) (_ *ControlPl
 	}
 	if o.logger == nil {
 		o.logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	// kwok takes whole seconds and renews at a quarter: under 4 s a
+	// lease would be renewed constantly or, under 1 s, not at all.
+	if o.nodeLease != 0 && (o.nodeLease < 4*time.Second || o.nodeLease%time.Second != 0) {
+		return nil, fmt.Errorf("WithNodeLeaseDuration(%s): must be whole seconds, at least 4s", o.nodeLease)
 	}
 	binDir := o.binDir
 	if binDir == "" {

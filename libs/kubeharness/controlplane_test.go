@@ -244,3 +244,14 @@ func BenchmarkStart(b *testing.B) {
 	b.Logf("started and stopped a control plane (etcd, kube-apiserver, controller manager, scheduler, kwok) %d time(s): %s per start",
 		b.N, (started / time.Duration(b.N)).Round(time.Millisecond))
 }
+
+// A node lease kwok cannot honour is refused before anything starts, and
+// the error names the option.
+func TestNodeLeaseDurationRefused(t *testing.T) {
+	for _, d := range []time.Duration{time.Second, 1500 * time.Millisecond, 4*time.Second + time.Millisecond} {
+		_, err := kubeharness.StartProcess(context.Background(), t.TempDir(), kubeharness.WithNodeLeaseDuration(d))
+		if err == nil || !strings.Contains(err.Error(), "WithNodeLeaseDuration") {
+			t.Errorf("WithNodeLeaseDuration(%s): err = %v, want a refusal naming the option", d, err)
+		}
+	}
+}
