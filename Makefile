@@ -13,6 +13,7 @@ TEST_TIMEOUT ?= 35m
 TESTFLAGS ?=
 BENCH ?= .
 BENCHTIME ?= 1x
+BENCH_TIMEOUT ?= 180m
 STATICCHECK_VERSION ?= v0.8.2
 
 .PHONY: run assets sysext demo test bench bench-check lint fmt tidy deps kube-bins node-bins testos chromium qemu ipxe-artifact images real-machine
@@ -120,7 +121,7 @@ BENCH_CHECK_TIMEOUT ?= 10m
 BENCH_OUT ?= bench.out
 bench: ## benchmarks, each reported against a baseline measured in the same run, then one table of them all (ANVIL_BENCH_SCALE=tiny|full|0.1 sets their size)
 	@echo "load average before: $$(cut -d' ' -f1-3 /proc/loadavg)" | tee "$(BENCH_OUT)"
-	$(GO) test -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) -benchmem -timeout 60m $(PKGS) 2>&1 | tee -a "$(BENCH_OUT)"
+	$(GO) test -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) -benchmem -timeout $(BENCH_TIMEOUT) $(PKGS) 2>&1 | tee -a "$(BENCH_OUT)"
 	@echo "load average after: $$(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$(BENCH_OUT)"
 	@echo; $(GO) run ./libs/events/eventstest/benchtable/cmd/anvil-benchtable < "$(BENCH_OUT)"
 

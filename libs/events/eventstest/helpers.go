@@ -115,21 +115,41 @@ func RunService(t testing.TB, name string, fn func(context.Context) error, ready
 // Eventually calls cond every interval until it reports true, and fails t
 // once d has passed without, with what and the last state cond reported.
 // d is a deadline for waiting, not an assertion on how long anything takes.
+// A check that is itself costly (listing 10,000 machines) waits at least
+// PollCostFactor times its own duration before the next, so that the
+// waiting takes a small share of the CPU it waits for.
 func Eventually(t testing.TB, what string, d, interval time.Duration, cond func() (ok bool, state string)) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	last := ""
 	for {
+		began := time.Now()
 		ok, state := cond()
 		if ok {
 			return
 		}
 		last = state
-		if time.Now().After(deadline) {
+		now := time.Now()
+		if now.After(deadline) {
 			t.Fatalf("%s: not within %s; last state: %s", what, d, last)
 		}
-		time.Sleep(interval)
+		time.Sleep(PollWait(interval, now.Sub(began), deadline.Sub(now)))
 	}
+}
+
+// PollCostFactor is how many times its own duration a polled check waits
+// at least before it is made again.
+const PollCostFactor = 4
+
+// PollWait is the wait before the next poll: interval, or PollCostFactor
+// times what the last check took when that is longer, but not past the
+// deadline (left from now) when interval would not be.
+func PollWait(interval, took, left time.Duration) time.Duration {
+	wait := max(interval, PollCostFactor*took)
+	if wait > left {
+		wait = max(left, interval)
+	}
+	return wait
 }
 
 // Parallel calls fn(i) for every i in [0, n) on workers goroutines, each

@@ -77,3 +77,22 @@ func TestParallel(t *testing.T) {
 		t.Fatalf("err = %v, want boom", err)
 	}
 }
+
+func TestPollWait(t *testing.T) {
+	ms := time.Millisecond
+	for _, c := range []struct {
+		name                 string
+		interval, took, left time.Duration
+		want                 time.Duration
+	}{
+		{"a cheap check waits the interval", 50 * ms, 1 * ms, time.Minute, 50 * ms},
+		{"a costly check waits four times its cost", 50 * ms, 200 * ms, time.Minute, 800 * ms},
+		{"not past the deadline", 50 * ms, 200 * ms, 300 * ms, 300 * ms},
+		{"at the deadline, the interval", 50 * ms, 200 * ms, 10 * ms, 50 * ms},
+		{"past the deadline, the interval", 50 * ms, 200 * ms, -time.Second, 50 * ms},
+	} {
+		if got := eventstest.PollWait(c.interval, c.took, c.left); got != c.want {
+			t.Errorf("%s: PollWait(%s, %s, %s) = %s, want %s", c.name, c.interval, c.took, c.left, got, c.want)
+		}
+	}
+}
