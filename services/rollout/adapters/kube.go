@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"strings"
 	"sync"
 	"time"
@@ -103,6 +104,7 @@ func (c *Clusters) Cluster(ctx context.Context, org, name string) (app.Cluster, 
 	// decodes every change of every Node, and JSON costs more to decode.
 	rc.ContentType = runtime.ContentTypeProtobuf
 	rc.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	rc.Wrap(func(rt http.RoundTripper) http.RoundTripper { return timedTransport{next: rt} })
 	cs, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return nil, errs.Conflict("the kubeconfig of cluster %s cannot be used: %v", name, err)
@@ -242,6 +244,43 @@ func (c *cluster) DeleteNode(ctx context.Context, name string) error {
 		return nil
 	}
 	return kubeErr("deleting node "+name, err)
+}
+
+// deleteOfBootAttempts bounds DeleteNodeOfBoot's rounds: each write to the
+// Node between its read and its delete (a heartbeat) costs one.
+const deleteOfBootAttempts = 5
+
+// DeleteNodeOfBoot implements app.Cluster. The delete carries the read
+// Node's uid and resourceVersion as preconditions: a kubelet of the new
+// boot that registered the Node again, or reported its boot id, between
+// the read and the delete makes it fail (a conflict), and the Node is read
+// again.
+func (c *cluster) DeleteNodeOfBoot(ctx context.Context, name, bootID string) (bool, error) {
+	var err error
+	for range deleteOfBootAttempts {
+		var n *corev1.Node
+		n, err = c.cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		if err != nil {
+			return false, kubeErr("reading node "+name, err)
+		}
+		if n.Status.NodeInfo.BootID != bootID {
+			return false, nil
+		}
+		uid, rv := n.UID, n.ResourceVersion
+		err = c.cs.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid, ResourceVersion: &rv}})
+		switch {
+		case err == nil:
+			return true, nil
+		case apierrors.IsNotFound(err):
+			return false, nil
+		case !apierrors.IsConflict(err):
+			return false, kubeErr("deleting node "+name, err)
+		}
+	}
+	return false, kubeErr("deleting node "+name+" of boot "+bootID, err)
 }
 
 // Budgets lists the PodDisruptionBudgets that cover pods on nodes, with

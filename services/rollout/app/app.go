@@ -109,6 +109,11 @@ type Cluster interface {
 	Drain(ctx context.Context, name string, o DrainOptions) error
 	// DeleteNode removes the Node object (a deleted machine).
 	DeleteNode(ctx context.Context, name string) error
+	// DeleteNodeOfBoot removes the Node only while it is the one a kubelet
+	// of boot bootID wrote: it deletes nothing, and reports false, when
+	// the Node is gone or reports another boot at the moment of the
+	// delete, so that a new boot's registration is never removed.
+	DeleteNodeOfBoot(ctx context.Context, name, bootID string) (bool, error)
 	// ReconcileNode gives the node the labels and taints of the revision
 	// it now runs, and removes the ones anvil set earlier that the
 	// revision no longer has; labels and taints set by others stay. A

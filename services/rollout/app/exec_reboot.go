@@ -190,15 +190,9 @@ func (x *executor) dropStaleNode(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	n, err := cl.Node(ctx, x.act.Node)
-	if err != nil {
-		return "", err
-	}
-	if !n.Found || n.BootID != x.bootIDBefore {
-		return "", nil // gone already, or registered by the new boot
-	}
-	if err := cl.DeleteNode(ctx, x.act.Node); err != nil {
-		return "", err
+	deleted, err := cl.DeleteNodeOfBoot(ctx, x.act.Node, x.bootIDBefore)
+	if err != nil || !deleted {
+		return "", err // gone already, or registered by the new boot
 	}
 	return "; node " + x.act.Node + " deleted: the kubelet of the new boot registers it again", nil
 }

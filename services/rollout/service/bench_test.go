@@ -1,6 +1,7 @@
 package service_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -130,6 +131,7 @@ func benchRollout(b *testing.B, full int) {
 		b.StartTimer()
 		start := time.Now()
 		appendsBefore := rolloutAppends(b)
+		kubeBefore := rolloutKubeCalls(b)
 		cpuBefore := s.sampleCPU(b)
 		stopProfile := profileRollout(b)
 		rev := s.apply(org, pool, poolSpec(fmt.Sprint(i+2), strat))
@@ -139,6 +141,7 @@ func benchRollout(b *testing.B, full int) {
 		cpuAfter := s.sampleCPU(b)
 		stopProfile()
 		appends := rolloutAppends(b).since(appendsBefore)
+		kubeCalls := rolloutKubeCalls(b).report(kubeBefore)
 		stop()
 		b.StopTimer()
 		if r.Progress.Done != n {
@@ -180,10 +183,10 @@ func benchRollout(b *testing.B, full int) {
 		// On stderr: a benchmark's log is cut after ten lines.
 		fmt.Fprintf(os.Stderr, "rollout %s: where a machine's time goes (from the events' decision times; mean / p50 / p90 / max):\n%s\n"+
 			"  appends to rollouts: %d appends of %d events, %.1f s in all (%.0f%% of the rollout's wall time), %.2f ms per event; "+
-			"chained appends' events sent again (all services): %d\n%s\n",
+			"chained appends' events sent again (all services): %d\n  %s\n%s\n",
 			r.ID, s.stepTimings(org, r.ID, start), appends.appends, appends.events, appends.seconds,
 			100*appends.seconds/total.Seconds(), 1000*appends.seconds/max(float64(appends.events), 1), appends.chainBreaks,
-			cpuReport(cpuBefore, cpuAfter, total, n))
+			kubeCalls, cpuReport(cpuBefore, cpuAfter, total, n))
 		b.StartTimer()
 	}
 }
@@ -447,6 +450,65 @@ func rolloutAppends(b *testing.B) appendStats {
 		}
 	}
 	return out
+}
+
+// kubeCallStats are the rollout service's Kubernetes calls by verb and
+// resource ("patch nodes"), from its own
+// anvil_rollout_kube_request_duration_seconds: how many, and their
+// seconds in all, as its client saw them.
+type kubeCallStats map[string]struct {
+	calls   int
+	seconds float64
+}
+
+func rolloutKubeCalls(b *testing.B) kubeCallStats {
+	families, err := prometheus.DefaultGatherer.Gather()
+	must(b, err)
+	out := kubeCallStats{}
+	for _, f := range families {
+		if f.GetName() != "anvil_rollout_kube_request_duration_seconds" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			var verb, resource string
+			for _, l := range m.GetLabel() {
+				switch l.GetName() {
+				case "verb":
+					verb = l.GetValue()
+				case "resource":
+					resource = l.GetValue()
+				}
+			}
+			k := verb + " " + resource
+			c := out[k]
+			c.calls += int(m.GetHistogram().GetSampleCount())
+			c.seconds += m.GetHistogram().GetSampleSum()
+			out[k] = c
+		}
+	}
+	return out
+}
+
+// report is one line: each kind of call since before, with its count and
+// mean latency, most frequent first.
+func (s kubeCallStats) report(before kubeCallStats) string {
+	type row struct {
+		kind    string
+		calls   int
+		seconds float64
+	}
+	var rows []row
+	for k, c := range s {
+		if n := c.calls - before[k].calls; n > 0 {
+			rows = append(rows, row{k, n, c.seconds - before[k].seconds})
+		}
+	}
+	slices.SortFunc(rows, func(a, b row) int { return cmp.Compare(b.calls, a.calls) })
+	parts := make([]string, len(rows))
+	for i, r := range rows {
+		parts[i] = fmt.Sprintf("%s %d (%.0f ms mean)", r.kind, r.calls, 1000*r.seconds/float64(r.calls))
+	}
+	return "the rollout service's Kubernetes calls (as its client timed them): " + strings.Join(parts, ", ")
 }
 
 // countEvents counts the events on a rollout's subject.
