@@ -118,14 +118,14 @@ func NewRouter(js jetstream.JetStream, reg *events.Registry, pq *poison.Queue, l
 			Logger:              wlog,
 		}.Middleware,
 	)
-	return &Router{wm: wm, sub: &subscriber{js: js, ackWait: o.AckWait, topics: map[string]jetstream.ConsumerConfig{}}, reg: reg, log: log}, nil
+	return &Router{wm: wm, sub: &subscriber{js: js, ackWait: o.AckWait, topics: map[string]topic{}}, reg: reg, log: log}, nil
 }
 
 // Handle registers fn under a stable name for the events filter selects.
 // The name is the durable consumer's, so a restarted or scaled-out service
 // continues where the last one acknowledged.
 func (r *Router) Handle(name string, filter events.Filter, fn Func) {
-	r.sub.add(name, jetstream.ConsumerConfig{
+	r.sub.add(name, topic{cfg: jetstream.ConsumerConfig{
 		Durable:       "handler-" + name,
 		Description:   "handler " + name,
 		FilterSubject: filter.ConsumerSubject(),
@@ -134,7 +134,7 @@ func (r *Router) Handle(name string, filter events.Filter, fn Func) {
 		AckWait:       r.sub.ackWait,
 		MaxDeliver:    -1,
 		MaxAckPending: 256,
-	})
+	}, wants: wantsType(filter)})
 	r.wm.AddConsumerHandler(name, name, r.sub, r.wrap(name, filter, fn))
 }
 
@@ -147,8 +147,9 @@ func (r *Router) Running() chan struct{} { return r.wm.Running() }
 // Close stops the router.
 func (r *Router) Close() error { return r.wm.Close() }
 
-func (r *Router) wrap(name string, filter events.Filter, fn Func) message.NoPublishHandlerFunc {
-	wants := func(t string) bool {
+// wantsType reports whether an event of a type is one filter selects.
+func wantsType(filter events.Filter) func(eventType string) bool {
+	return func(t string) bool {
 		if len(filter.EventTypes) == 0 {
 			return true
 		}
@@ -159,6 +160,10 @@ func (r *Router) wrap(name string, filter events.Filter, fn Func) message.NoPubl
 		}
 		return false
 	}
+}
+
+func (r *Router) wrap(name string, filter events.Filter, fn Func) message.NoPublishHandlerFunc {
+	wants := wantsType(filter)
 	return func(msg *message.Message) error {
 		if t := msg.Metadata.Get(metaType); t != "" && !wants(t) {
 			return nil
@@ -214,25 +219,31 @@ type subscriber struct {
 	js      jetstream.JetStream
 	ackWait time.Duration
 	mu      sync.Mutex
-	topics  map[string]jetstream.ConsumerConfig
+	topics  map[string]topic
 }
 
-func (s *subscriber) add(topic string, cfg jetstream.ConsumerConfig) {
+// topic is a handler's consumer and the event types it takes.
+type topic struct {
+	cfg   jetstream.ConsumerConfig
+	wants func(eventType string) bool
+}
+
+func (s *subscriber) add(name string, t topic) {
 	s.mu.Lock()
-	s.topics[topic] = cfg
+	s.topics[name] = t
 	s.mu.Unlock()
 }
 
-func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+func (s *subscriber) Subscribe(ctx context.Context, name string) (<-chan *message.Message, error) {
 	s.mu.Lock()
-	cfg, ok := s.topics[topic]
+	t, ok := s.topics[name]
 	s.mu.Unlock()
 	if !ok {
-		return nil, fmt.Errorf("handler: no consumer configured for %q", topic)
+		return nil, fmt.Errorf("handler: no consumer configured for %q", name)
 	}
-	cons, err := s.js.CreateOrUpdateConsumer(ctx, events.StreamName, cfg)
+	cons, err := s.js.CreateOrUpdateConsumer(ctx, events.StreamName, t.cfg)
 	if err != nil {
-		return nil, fmt.Errorf("handler %s: consumer: %w", topic, err)
+		return nil, fmt.Errorf("handler %s: consumer: %w", name, err)
 	}
 	it, err := cons.Messages(jetstream.PullMaxMessages(64))
 	if err != nil {
@@ -250,6 +261,17 @@ func (s *subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 					return
 				}
 				continue // heartbeats missed, reconnects: the iterator recovers
+			}
+			// An event of a type the handler does not take is passed over
+			// with an ack that does not wait for the server: nothing was
+			// done for it, so a lost ack costs a redelivery that is passed
+			// over again, and the consumer does not pay a round trip for
+			// each of the events it skips (the boot service takes one of
+			// every fifteen events of a rollout; with a round trip each it
+			// fell a minute behind a rollout of 10,000 machines).
+			if et := m.Headers().Get(events.HeaderEventType); et != "" && !t.wants(et) {
+				_ = m.Ack()
+				continue
 			}
 			meta, err := m.Metadata()
 			if err != nil {

@@ -3,6 +3,7 @@ package handler_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,9 +30,16 @@ type pinged struct {
 
 func (pinged) EventType() string { return "test.pinged" }
 
+type ponged struct {
+	N int `json:"n"`
+}
+
+func (ponged) EventType() string { return "test.ponged" }
+
 func registry() *events.Registry {
 	r := events.NewRegistry()
 	r.Register(pinged{})
+	r.Register(ponged{})
 	return r
 }
 
@@ -209,5 +217,53 @@ func TestTraceSpansAppendHandlerAndCommand(t *testing.T) {
 			t.Fatalf("span %q never ended; have %d spans", missing, len(spans))
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A handler that takes some event types gets only those; the others are
+// acknowledged for it, so that its consumer moves past them.
+func TestHandlerSkipsOtherTypesAndAcksThem(t *testing.T) {
+	env := eventstest.Start(t, registry())
+	ctx := context.Background()
+	var got []int
+	var mu sync.Mutex
+	startRouter(t, env, func(r *handler.Router) {
+		r.Handle("pings-only", events.Filter{AggregateType: "machine", EventTypes: []string{"test.pinged"}},
+			func(ctx context.Context, env *events.Envelope, p any) error {
+				mu.Lock()
+				got = append(got, p.(pinged).N)
+				mu.Unlock()
+				return nil
+			})
+	})
+	ref := events.AggregateRef{Org: "acme", Type: "machine", ID: "m1"}
+	var last uint64
+	for n := range 30 {
+		var p events.Payload = ponged{N: n}
+		if n%10 == 0 {
+			p = pinged{N: n}
+		}
+		stored, err := env.Store.Append(ctx, ref, events.Any, events.New(p)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = stored[len(stored)-1].Sequence
+	}
+	eventstest.Eventually(t, "every event acknowledged", 30*time.Second, 20*time.Millisecond, func() (bool, string) {
+		c, err := env.JS.Consumer(ctx, events.StreamName, "handler-pings-only")
+		if err != nil {
+			return false, err.Error()
+		}
+		info, err := c.Info(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		return info.AckFloor.Stream == last && info.NumAckPending == 0 && info.NumPending == 0,
+			fmt.Sprintf("ack floor %d of %d, %d pending acks, %d pending", info.AckFloor.Stream, last, info.NumAckPending, info.NumPending)
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if fmt.Sprint(got) != "[0 10 20]" {
+		t.Fatalf("handled %v, want the pings 0, 10 and 20 only", got)
 	}
 }
