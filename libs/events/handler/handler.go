@@ -267,8 +267,7 @@ func (s *subscriber) Subscribe(ctx context.Context, name string) (<-chan *messag
 			// done for it, so a lost ack costs a redelivery that is passed
 			// over again, and the consumer does not pay a round trip for
 			// each of the events it skips (the boot service takes one of
-			// every fifteen events of a rollout; with a round trip each it
-			// fell a minute behind a rollout of 10,000 machines).
+			// every fifteen events of a rollout).
 			if et := m.Headers().Get(events.HeaderEventType); et != "" && !t.wants(et) {
 				_ = m.Ack()
 				continue
