@@ -132,7 +132,7 @@ func benchRollout(b *testing.B, full int) {
 		b.StartTimer()
 		start := time.Now()
 		appendsBefore := rolloutAppends(b)
-		kubeBefore := rolloutKubeCalls(b)
+		kubeBefore, commandsBefore := rolloutKubeCalls(b), commandCalls(b)
 		cpuBefore := s.sampleCPU(b)
 		stopProfile := profileRollout(b)
 		rev := s.apply(org, pool, poolSpec(fmt.Sprint(i+2), strat))
@@ -142,7 +142,8 @@ func benchRollout(b *testing.B, full int) {
 		cpuAfter := s.sampleCPU(b)
 		stopProfile()
 		appends := rolloutAppends(b).since(appendsBefore)
-		kubeCalls := rolloutKubeCalls(b).report(kubeBefore)
+		kubeCalls := "the rollout service's Kubernetes calls (as its client timed them): " + rolloutKubeCalls(b).report(kubeBefore, 8)
+		commands := "calls between the services (as their callers timed them; most time in all first): " + commandCalls(b).report(commandsBefore, 10)
 		stop()
 		b.StopTimer()
 		if r.Progress.Done != n {
@@ -184,10 +185,10 @@ func benchRollout(b *testing.B, full int) {
 		// On stderr: a benchmark's log is cut after ten lines.
 		fmt.Fprintf(os.Stderr, "rollout %s: where a machine's time goes (from the events' decision times; mean / p50 / p90 / max):\n%s\n"+
 			"  appends to rollouts: %d appends of %d events, %.1f s in all (%.0f%% of the rollout's wall time), %.2f ms per event; "+
-			"chained appends' events sent again (all services): %d\n  %s\n%s\n",
+			"chained appends' events sent again (all services): %d\n  %s\n  %s\n%s\n",
 			r.ID, s.stepTimings(org, r.ID, start), appends.appends, appends.events, appends.seconds,
 			100*appends.seconds/total.Seconds(), 1000*appends.seconds/max(float64(appends.events), 1), appends.chainBreaks,
-			kubeCalls, cpuReport(cpuBefore, cpuAfter, total, n))
+			kubeCalls, commands, cpuReport(cpuBefore, cpuAfter, total, n))
 		b.StartTimer()
 	}
 }
@@ -453,34 +454,34 @@ func rolloutAppends(b *testing.B) appendStats {
 	return out
 }
 
-// kubeCallStats are the rollout service's Kubernetes calls by verb and
-// resource ("patch nodes"), from its own
-// anvil_rollout_kube_request_duration_seconds: how many, and their
-// seconds in all, as its client saw them.
-type kubeCallStats map[string]struct {
+// callStats are the calls a histogram of the process counted, by the
+// values of some of its labels joined ("patch nodes"): how many, and their
+// seconds in all.
+type callStats map[string]struct {
 	calls   int
 	seconds float64
 }
 
-func rolloutKubeCalls(b *testing.B) kubeCallStats {
+// histogramCalls reads family from the process's metrics, keyed by the
+// values of labels.
+func histogramCalls(b *testing.B, family string, labels ...string) callStats {
 	families, err := prometheus.DefaultGatherer.Gather()
 	must(b, err)
-	out := kubeCallStats{}
+	out := callStats{}
 	for _, f := range families {
-		if f.GetName() != "anvil_rollout_kube_request_duration_seconds" {
+		if f.GetName() != family {
 			continue
 		}
 		for _, m := range f.GetMetric() {
-			var verb, resource string
-			for _, l := range m.GetLabel() {
-				switch l.GetName() {
-				case "verb":
-					verb = l.GetValue()
-				case "resource":
-					resource = l.GetValue()
+			var key []string
+			for _, want := range labels {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == want {
+						key = append(key, l.GetValue())
+					}
 				}
 			}
-			k := verb + " " + resource
+			k := strings.Join(key, " ")
 			c := out[k]
 			c.calls += int(m.GetHistogram().GetSampleCount())
 			c.seconds += m.GetHistogram().GetSampleSum()
@@ -490,9 +491,23 @@ func rolloutKubeCalls(b *testing.B) kubeCallStats {
 	return out
 }
 
+// rolloutKubeCalls are the rollout service's Kubernetes calls by verb and
+// resource, from its anvil_rollout_kube_request_duration_seconds, as its
+// client saw them.
+func rolloutKubeCalls(b *testing.B) callStats {
+	return histogramCalls(b, "anvil_rollout_kube_request_duration_seconds", "verb", "resource")
+}
+
+// commandCalls are the calls between the services by subject, from the
+// callers' anvil_command_request_duration_seconds: where a step waits on
+// another service.
+func commandCalls(b *testing.B) callStats {
+	return histogramCalls(b, "anvil_command_request_duration_seconds", "subject")
+}
+
 // report is one line: each kind of call since before, with its count and
-// mean latency, most frequent first.
-func (s kubeCallStats) report(before kubeCallStats) string {
+// mean latency, those that took the most time in all first, at most top.
+func (s callStats) report(before callStats, top int) string {
 	type row struct {
 		kind    string
 		calls   int
@@ -504,12 +519,12 @@ func (s kubeCallStats) report(before kubeCallStats) string {
 			rows = append(rows, row{k, n, c.seconds - before[k].seconds})
 		}
 	}
-	slices.SortFunc(rows, func(a, b row) int { return cmp.Compare(b.calls, a.calls) })
-	parts := make([]string, len(rows))
-	for i, r := range rows {
-		parts[i] = fmt.Sprintf("%s %d (%.0f ms mean)", r.kind, r.calls, 1000*r.seconds/float64(r.calls))
+	slices.SortFunc(rows, func(a, b row) int { return cmp.Compare(b.seconds, a.seconds) })
+	parts := make([]string, 0, min(len(rows), top))
+	for _, r := range rows[:min(len(rows), top)] {
+		parts = append(parts, fmt.Sprintf("%s %d (%.0f ms mean)", r.kind, r.calls, 1000*r.seconds/float64(r.calls)))
 	}
-	return "the rollout service's Kubernetes calls (as its client timed them): " + strings.Join(parts, ", ")
+	return strings.Join(parts, ", ")
 }
 
 // countEvents counts the events on a rollout's subject.
