@@ -55,7 +55,6 @@ func IsPermanent(err error) bool {
 const (
 	metaSequence = "anvil_sequence"
 	metaSubject  = "anvil_subject"
-	metaType     = "anvil_type"
 )
 
 var tracer = otel.Tracer("github.com/anvil-fleet/anvil/libs/events/handler")
@@ -165,9 +164,6 @@ func wantsType(filter events.Filter) func(eventType string) bool {
 func (r *Router) wrap(name string, filter events.Filter, fn Func) message.NoPublishHandlerFunc {
 	wants := wantsType(filter)
 	return func(msg *message.Message) error {
-		if t := msg.Metadata.Get(metaType); t != "" && !wants(t) {
-			return nil
-		}
 		seq, _ := strconv.ParseUint(msg.Metadata.Get(metaSequence), 10, 64)
 		env, err := events.DecodeMsg(msg.Metadata.Get(metaSubject), headerOf(msg.Metadata), msg.Payload, seq)
 		if err != nil {
@@ -285,7 +281,6 @@ func (s *subscriber) Subscribe(ctx context.Context, name string) (<-chan *messag
 					wm.Metadata.Set(headerPrefix+k, v[0])
 				}
 			}
-			wm.Metadata.Set(metaType, m.Headers().Get(events.HeaderEventType))
 			wm.SetContext(ctx)
 			select {
 			case out <- wm:
