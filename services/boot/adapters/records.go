@@ -23,7 +23,7 @@ import (
 
 // Bucket names.
 const (
-	RecordsBucket     = "anvil_boot_machines"
+	RecordsBucket     = api.RecordsBucket
 	StartupLogsBucket = "anvil_boot_startup_logs"
 	KeysBucket        = "anvil_boot_keys"
 )

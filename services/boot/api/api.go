@@ -10,6 +10,7 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -186,6 +187,76 @@ type Instruction struct {
 	RebootSeenAt time.Time `json:"reboot_seen_at,omitzero"`
 	SettledAt    time.Time `json:"settled_at,omitzero"`
 	UpdatedAt    time.Time `json:"updated_at"`
+}
+
+// RecordsBucket is the boot service's JetStream KV bucket of boot records,
+// one per machine under the key "<org>.<uuid>". Other services may watch
+// it to follow a machine's instructions without asking for them (the
+// rollout service does, while a step waits on one). Of a value, only the
+// part that decodes into RecordedInstructions is this contract; the rest
+// is the boot service's own.
+const RecordsBucket = "anvil_boot_machines"
+
+// RecordedInstructions is the part of a boot record other services read:
+// the machine's recent instructions, oldest first (the last 32). A record
+// that does not exist, or was deleted, holds none.
+type RecordedInstructions struct {
+	Instructions []RecordedInstruction `json:"instructions,omitempty"`
+}
+
+// DecodeRecordedInstructions reads the instructions of a boot record's
+// value; an empty value (a deleted record) holds none.
+func DecodeRecordedInstructions(value []byte) (RecordedInstructions, error) {
+	var r RecordedInstructions
+	if len(value) == 0 {
+		return r, nil
+	}
+	err := json.Unmarshal(value, &r)
+	return r, err
+}
+
+// Find returns the instruction with the id.
+func (r RecordedInstructions) Find(id string) (RecordedInstruction, bool) {
+	for _, in := range r.Instructions {
+		if in.ID == id {
+			return in, true
+		}
+	}
+	return RecordedInstruction{}, false
+}
+
+// RecordedInstruction is an instruction as the boot record stores it (the
+// fields mean what Instruction's do).
+type RecordedInstruction struct {
+	ID                string            `json:"id"`
+	Kind              string            `json:"kind"`
+	Pool              string            `json:"pool,omitempty"`
+	Revision          uint64            `json:"revision"`
+	MachineRevisionID string            `json:"mrid,omitempty"`
+	Reason            string            `json:"reason,omitempty"`
+	Status            InstructionStatus `json:"status"`
+	Message           string            `json:"message,omitempty"`
+	SettledBy         string            `json:"settled_by,omitempty"`
+	AgentStatus       InstructionStatus `json:"agent_status,omitempty"`
+	IssuedAt          time.Time         `json:"issued_at"`
+	ExpiresAt         time.Time         `json:"expires_at,omitzero"`
+	Deliveries        int               `json:"deliveries,omitempty"`
+	LastDeliveredAt   time.Time         `json:"last_delivered_at,omitzero"`
+	AcceptedAt        time.Time         `json:"accepted_at,omitzero"`
+	RebootSeenAt      time.Time         `json:"reboot_seen_at,omitzero"`
+	SettledAt         time.Time         `json:"settled_at,omitzero"`
+	UpdatedAt         time.Time         `json:"updated_at"`
+}
+
+// View is the instruction as the queries answer it.
+func (in RecordedInstruction) View(org, uuid string) Instruction {
+	return Instruction{
+		Org: org, UUID: uuid, ID: in.ID, Kind: in.Kind, Pool: in.Pool, Revision: in.Revision,
+		MachineRevisionID: in.MachineRevisionID, Reason: in.Reason, Status: in.Status, Message: in.Message,
+		SettledBy: in.SettledBy, AgentStatus: in.AgentStatus, IssuedAt: in.IssuedAt, ExpiresAt: in.ExpiresAt,
+		Deliveries: in.Deliveries, LastDeliveredAt: in.LastDeliveredAt, AcceptedAt: in.AcceptedAt,
+		RebootSeenAt: in.RebootSeenAt, SettledAt: in.SettledAt, UpdatedAt: in.UpdatedAt,
+	}
 }
 
 // InstructionList is a machine's recent instructions, oldest first (the boot

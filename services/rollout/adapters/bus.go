@@ -11,16 +11,18 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/anvil-fleet/anvil/libs/events"
+	bootapi "github.com/anvil-fleet/anvil/services/boot/api"
 )
-
-// BootRecordsBucket is the boot service's KV bucket of machine records;
-// a change there is a change of a machine's instructions.
-const BootRecordsBucket = "anvil_boot_machines"
 
 // Hooks are called on changes seen on the bus. They must not block.
 type Hooks struct {
 	Machine func(org, uuid string)        // a machine's events or boot record changed
 	Rollout func(org, id, eventID string) // an event was appended to a rollout
+	// BootRecord takes a boot record's new value (nil when deleted) before
+	// Machine is called for it; BootRecordsLost is called when the watch
+	// starts and ends, as changes in between are not seen. Both optional.
+	BootRecord      func(org, uuid string, revision uint64, value []byte)
+	BootRecordsLost func()
 }
 
 // Follow subscribes to machine and rollout events and watches the boot
@@ -69,14 +71,25 @@ func Follow(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, h Hooks,
 }
 
 func watchBootRecords(ctx context.Context, js jetstream.JetStream, h Hooks) error {
-	kv, err := js.KeyValue(ctx, BootRecordsBucket)
+	kv, err := js.KeyValue(ctx, bootapi.RecordsBucket)
 	if err != nil {
 		return err
 	}
-	w, err := kv.WatchAll(ctx, jetstream.UpdatesOnly(), jetstream.MetaOnly())
+	opts := []jetstream.WatchOpt{jetstream.UpdatesOnly()}
+	if h.BootRecord == nil {
+		opts = append(opts, jetstream.MetaOnly()) // the keys are enough
+	}
+	w, err := kv.WatchAll(ctx, opts...)
 	if err != nil {
 		return err
 	}
+	lost := func() {
+		if h.BootRecordsLost != nil {
+			h.BootRecordsLost()
+		}
+	}
+	lost()
+	defer lost()
 	defer func() { _ = w.Stop() }()
 	for {
 		select {
@@ -90,6 +103,13 @@ func watchBootRecords(ctx context.Context, js jetstream.JetStream, h Hooks) erro
 				continue
 			}
 			if org, uuid, ok := strings.Cut(e.Key(), "."); ok {
+				if h.BootRecord != nil {
+					var value []byte
+					if e.Operation() == jetstream.KeyValuePut {
+						value = e.Value()
+					}
+					h.BootRecord(org, uuid, e.Revision(), value)
+				}
 				h.Machine(org, uuid)
 			}
 		}

@@ -93,6 +93,9 @@ func (r Revisions) Credentials(ctx context.Context, org, cluster string) (revapi
 // Boot is the boot service's client.
 type Boot struct{ NC *nats.Conn }
 
+// Follow does nothing: Boot always asks (FollowedBoot follows).
+func (Boot) Follow(string, string) func() { return func() {} }
+
 // Instruction reads one reboot instruction's status.
 func (b Boot) Instruction(ctx context.Context, org, uuid, id string) (bootapi.Instruction, error) {
 	return command.Call[bootapi.InstructionRef, bootapi.Instruction](ctx, b.NC, bootapi.SubjectInstructionGet,

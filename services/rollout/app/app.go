@@ -55,6 +55,9 @@ type Revisions interface {
 // Boot reads reboot instructions' outcomes.
 type Boot interface {
 	Instruction(ctx context.Context, org, uuid, id string) (bootapi.Instruction, error)
+	// Follow keeps the machine's instructions at hand while a step waits
+	// on them, so that Instruction need not ask; call release when done.
+	Follow(org, uuid string) (release func())
 }
 
 // Clusters hands out a workload cluster's client.

@@ -37,6 +37,7 @@ func (x *executor) withdraw(ctx context.Context, reason string) error {
 // instruction in the log once (the boot service delivers it to the agent),
 // and waits for the agent's answer.
 func (x *executor) issueReboot(ctx context.Context) {
+	defer x.a.Boot.Follow(x.d.org, x.act.Machine)()
 	issued := false
 	x.retry(ctx, func() <-chan struct{} { return x.a.Notify.C(machineKey(x.d.org, x.act.Machine)) }, func() (bool, error) {
 		if !issued {
@@ -86,6 +87,7 @@ func (x *executor) issueReboot(ctx context.Context) {
 // confirmReboot withdraws an instruction (timed out, or the rollout is
 // aborted) and reads whether the agent had accepted it first.
 func (x *executor) confirmReboot(ctx context.Context) {
+	defer x.a.Boot.Follow(x.d.org, x.act.Machine)()
 	withdrawn := false
 	x.retry(ctx, func() <-chan struct{} { return x.a.Notify.C(machineKey(x.d.org, x.act.Machine)) }, func() (bool, error) {
 		if !withdrawn {
@@ -125,6 +127,7 @@ func (x *executor) confirmReboot(ctx context.Context) {
 // waitBoot waits until the agent reports that the machine booted the
 // target revision after the reboot.
 func (x *executor) waitBoot(ctx context.Context) {
+	defer x.a.Boot.Follow(x.d.org, x.act.Machine)()
 	x.retry(ctx, func() <-chan struct{} { return x.a.Notify.C(machineKey(x.d.org, x.act.Machine)) }, func() (bool, error) {
 		var in bootapi.Instruction
 		found := false

@@ -160,6 +160,7 @@ func Start(ctx context.Context, cfg Config, o svc.Options, h Hooks) error {
 		return fmt.Errorf("%s: lease bucket: %w", Name, err)
 	}
 	revisions := adapters.Revisions{NC: rt.Conn}
+	boot := adapters.NewFollowedBoot(adapters.Boot{NC: rt.Conn})
 	clusters := h.Clusters
 	if clusters == nil {
 		cl := adapters.NewClusters(rt.Background(), revisions, log)
@@ -177,7 +178,7 @@ func Start(ctx context.Context, cfg Config, o svc.Options, h Hooks) error {
 	a := &app.App{
 		Operations: ops,
 		Store:      rt.Store, Events: rt.Registry, Registry: adapters.NewRegistry(rt.Conn), Revisions: revisions,
-		Boot: adapters.Boot{NC: rt.Conn}, Clusters: clusters, Leases: leases, Rollouts: model,
+		Boot: boot, Clusters: clusters, Leases: leases, Rollouts: model,
 		Log: log, Now: h.Now, Metrics: app.DefaultMetrics(),
 		Settings: app.Settings{Poll: cfg.Poll, Replan: cfg.Replan, Instance: cfg.Instance,
 			RemediationMaxInFlight: cfg.RemediationMaxInFlight},
@@ -203,8 +204,10 @@ func Start(ctx context.Context, cfg Config, o svc.Options, h Hooks) error {
 	rt.Project(runner, opsRunner)
 	rt.Go("change notifications", func(ctx context.Context) error {
 		return adapters.Follow(ctx, rt.Conn, rt.JS, adapters.Hooks{
-			Machine: func(org, uuid string) { a.Notify.Notify(app.MachineKey(org, uuid)) },
-			Rollout: a.RolloutEvent,
+			Machine:         func(org, uuid string) { a.Notify.Notify(app.MachineKey(org, uuid)) },
+			Rollout:         a.RolloutEvent,
+			BootRecord:      boot.Observe,
+			BootRecordsLost: boot.Forget,
 		}, log)
 	})
 	router, err := handler.NewRouter(rt.JS, rt.Registry, rt.Poison, log, handler.Options{})

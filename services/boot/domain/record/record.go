@@ -39,26 +39,11 @@ type Served struct {
 	At                time.Time `json:"at"`
 }
 
-// Instruction is an instruction for the machine's agent and its state.
+// Instruction is an instruction for the machine's agent and its state:
+// the fields other services may read from the record (api.RecordedInstruction)
+// and the trace of the request that asked for it.
 type Instruction struct {
-	ID                string                `json:"id"`
-	Kind              string                `json:"kind"`
-	Pool              string                `json:"pool,omitempty"`
-	Revision          uint64                `json:"revision"`
-	MachineRevisionID string                `json:"mrid,omitempty"`
-	Reason            string                `json:"reason,omitempty"`
-	Status            api.InstructionStatus `json:"status"`
-	Message           string                `json:"message,omitempty"`
-	SettledBy         string                `json:"settled_by,omitempty"`
-	AgentStatus       api.InstructionStatus `json:"agent_status,omitempty"`
-	IssuedAt          time.Time             `json:"issued_at"`
-	ExpiresAt         time.Time             `json:"expires_at,omitzero"`
-	Deliveries        int                   `json:"deliveries,omitempty"`
-	LastDeliveredAt   time.Time             `json:"last_delivered_at,omitzero"`
-	AcceptedAt        time.Time             `json:"accepted_at,omitzero"`
-	RebootSeenAt      time.Time             `json:"reboot_seen_at,omitzero"`
-	SettledAt         time.Time             `json:"settled_at,omitzero"`
-	UpdatedAt         time.Time             `json:"updated_at"`
+	api.RecordedInstruction
 	// Trace is the W3C trace context of the request that asked for the
 	// reboot (from rollout.reboot_requested): its delivery to the agent is
 	// a span of that trace.
@@ -384,11 +369,10 @@ func (r *Record) AddInstruction(n NewInstruction, issued time.Time, ttl time.Dur
 	if exp.IsZero() && ttl > 0 {
 		exp = now.Add(ttl)
 	}
-	r.Instructions = append(r.Instructions, Instruction{
+	r.Instructions = append(r.Instructions, Instruction{RecordedInstruction: api.RecordedInstruction{
 		ID: n.ID, Kind: n.Kind, Pool: n.Pool, Revision: n.Revision, MachineRevisionID: n.MachineRevisionID,
 		Reason: truncate(n.Reason), Status: api.StatusPending, IssuedAt: now, ExpiresAt: exp, UpdatedAt: now,
-		Trace: maps.Clone(n.Trace),
-	})
+	}, Trace: maps.Clone(n.Trace)})
 	r.trim()
 	return true
 }
@@ -412,8 +396,9 @@ func (r *Record) trim() {
 func (r *Record) Withdraw(id, reason string, now time.Time) bool {
 	i := r.instruction(id)
 	if i < 0 {
-		r.Instructions = append(r.Instructions, Instruction{ID: id, Status: api.StatusWithdrawn, Message: truncate(reason),
-			SettledBy: "rollout", IssuedAt: now, SettledAt: now, UpdatedAt: now})
+		r.Instructions = append(r.Instructions, Instruction{RecordedInstruction: api.RecordedInstruction{
+			ID: id, Status: api.StatusWithdrawn, Message: truncate(reason),
+			SettledBy: "rollout", IssuedAt: now, SettledAt: now, UpdatedAt: now}})
 		r.trim()
 		return true
 	}
@@ -537,17 +522,6 @@ func (r *Record) instruction(id string) int {
 
 func (in *Instruction) settle(status api.InstructionStatus, by, message string, now time.Time) {
 	in.Status, in.SettledBy, in.Message, in.SettledAt, in.UpdatedAt = status, by, truncate(message), now, now
-}
-
-// View is the instruction as the api shows it.
-func (in Instruction) View(org, uuid string) api.Instruction {
-	return api.Instruction{
-		Org: org, UUID: uuid, ID: in.ID, Kind: in.Kind, Pool: in.Pool, Revision: in.Revision,
-		MachineRevisionID: in.MachineRevisionID, Reason: in.Reason, Status: in.Status, Message: in.Message,
-		SettledBy: in.SettledBy, AgentStatus: in.AgentStatus, IssuedAt: in.IssuedAt, ExpiresAt: in.ExpiresAt,
-		Deliveries: in.Deliveries, LastDeliveredAt: in.LastDeliveredAt, AcceptedAt: in.AcceptedAt,
-		RebootSeenAt: in.RebootSeenAt, SettledAt: in.SettledAt, UpdatedAt: in.UpdatedAt,
-	}
 }
 
 func truncate(s string) string {

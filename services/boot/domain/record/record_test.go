@@ -1,7 +1,9 @@
 package record
 
 import (
+	"encoding/json"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -296,5 +298,54 @@ func TestRevocation(t *testing.T) {
 		if strings.Contains(cause.Explain(), "revoked") {
 			t.Errorf("%s has no explanation of its own", cause)
 		}
+	}
+}
+
+// The boot record's stored form is read by other services through
+// api.DecodeRecordedInstructions (the rollout follows instructions by
+// watching the bucket): every instruction must decode to what the
+// queries answer for it.
+func TestRecordedInstructionsDecodeFromTheStoredRecord(t *testing.T) {
+	r := Record{Org: "acme", UUID: "4c4c4544-0000-1000-8000-000000000001"}
+	r.ObserveIgnition(Served{MachineRevisionID: mr1, Pool: "workers", Revision: 1, At: at(0)})
+	r.AddInstruction(reboot("i-1", mr2), at(1), time.Hour)
+	r.AddInstruction(NewInstruction{ID: "i-2", Kind: api.KindReboot, Pool: "workers", Revision: 3, MachineRevisionID: mr3,
+		Reason: "rollout r-1", Trace: map[string]string{"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}}, at(2), time.Hour)
+	r.MarkDelivered([]string{"i-2"}, at(3))
+	if _, err := r.Ack("i-2", api.StatusAccepted, "rebooting", at(4)); err != nil {
+		t.Fatal(err)
+	}
+	r.Withdraw("i-9", "the rollout was aborted", at(5))
+	data, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := api.DecodeRecordedInstructions(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Instructions) != len(r.Instructions) {
+		t.Fatalf("decoded %d instructions, the record holds %d", len(got.Instructions), len(r.Instructions))
+	}
+	for _, in := range r.Instructions {
+		dec, ok := got.Find(in.ID)
+		if !ok {
+			t.Fatalf("instruction %s not decoded", in.ID)
+		}
+		if want, have := in.View(r.Org, r.UUID), dec.View(r.Org, r.UUID); !reflect.DeepEqual(want, have) {
+			t.Errorf("instruction %s:\n stored %+v\ndecoded %+v", in.ID, want, have)
+		}
+	}
+	if in, _ := got.Find("i-2"); in.Status != api.StatusAccepted || in.AcceptedAt.IsZero() {
+		t.Errorf("i-2 decoded as %s accepted at %v, want accepted", in.Status, in.AcceptedAt)
+	}
+	if _, ok := got.Find("i-404"); ok {
+		t.Error("found an instruction the record does not hold")
+	}
+	if none, err := api.DecodeRecordedInstructions(nil); err != nil || len(none.Instructions) != 0 {
+		t.Errorf("a deleted record = %+v, %v; want no instructions", none, err)
+	}
+	if _, err := api.DecodeRecordedInstructions([]byte("{")); err == nil {
+		t.Error("a value that does not decode was accepted")
 	}
 }
