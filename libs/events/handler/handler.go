@@ -120,11 +120,35 @@ func NewRouter(js jetstream.JetStream, reg *events.Registry, pq *poison.Queue, l
 	return &Router{wm: wm, sub: &subscriber{js: js, ackWait: o.AckWait, topics: map[string]topic{}}, reg: reg, log: log}, nil
 }
 
+// HandleOption tunes one handler.
+type HandleOption func(*topic)
+
+// KeyFunc names what an event's handling must be ordered within (a
+// machine, say): events of one key are handled one at a time, in the
+// order of the log.
+type KeyFunc func(env *events.Envelope, payload any) string
+
+// InParallel lets a handler take up to n events at once, never two of the
+// same key, each key's in the order of the log. It is for handlers whose
+// events are many and independent across keys, where handling one at a
+// time (a few round trips each) bounds a rollout: the boot service
+// stores each machine's reboot instruction from one consumer of every
+// rollout's events. An event whose key cannot be read (it does not
+// decode) is handled on its own key "" and goes to the poison queue.
+func InParallel(n int, key KeyFunc) HandleOption {
+	return func(t *topic) {
+		if n > 1 && key != nil {
+			t.parallel, t.key = n, key
+		}
+	}
+}
+
 // Handle registers fn under a stable name for the events filter selects.
 // The name is the durable consumer's, so a restarted or scaled-out service
-// continues where the last one acknowledged.
-func (r *Router) Handle(name string, filter events.Filter, fn Func) {
-	r.sub.add(name, topic{cfg: jetstream.ConsumerConfig{
+// continues where the last one acknowledged. Events are handled one at a
+// time, in the order of the log, unless InParallel says otherwise.
+func (r *Router) Handle(name string, filter events.Filter, fn Func, opts ...HandleOption) {
+	t := topic{cfg: jetstream.ConsumerConfig{
 		Durable:       "handler-" + name,
 		Description:   "handler " + name,
 		FilterSubject: filter.ConsumerSubject(),
@@ -133,8 +157,35 @@ func (r *Router) Handle(name string, filter events.Filter, fn Func) {
 		AckWait:       r.sub.ackWait,
 		MaxDeliver:    -1,
 		MaxAckPending: 256,
-	}, wants: wantsType(filter)})
+	}, wants: wantsType(filter), parallel: 1}
+	for _, o := range opts {
+		o(&t)
+	}
+	t.parallel = min(t.parallel, t.cfg.MaxAckPending)
+	if t.key != nil {
+		t.decode = r.decode
+	}
+	r.sub.add(name, t)
 	r.wm.AddConsumerHandler(name, name, r.sub, r.wrap(name, filter, fn))
+}
+
+// decoded is an event the subscriber decoded to read its key, kept in the
+// message's context for the handler.
+type decoded struct {
+	env     *events.Envelope
+	payload any
+	err     error
+}
+
+type decodedKey struct{}
+
+func (r *Router) decode(subject string, h nats.Header, data []byte, seq uint64) decoded {
+	env, err := events.DecodeMsg(subject, h, data, seq)
+	if err != nil {
+		return decoded{err: err}
+	}
+	payload, err := r.reg.Decode(env)
+	return decoded{env: env, payload: payload, err: err}
 }
 
 // Run runs the handlers until ctx ends.
@@ -165,17 +216,17 @@ func (r *Router) wrap(name string, filter events.Filter, fn Func) message.NoPubl
 	wants := wantsType(filter)
 	return func(msg *message.Message) error {
 		seq, _ := strconv.ParseUint(msg.Metadata.Get(metaSequence), 10, 64)
-		env, err := events.DecodeMsg(msg.Metadata.Get(metaSubject), headerOf(msg.Metadata), msg.Payload, seq)
-		if err != nil {
-			return Permanent(err)
+		d, ok := msg.Context().Value(decodedKey{}).(decoded)
+		if !ok {
+			d = r.decode(msg.Metadata.Get(metaSubject), headerOf(msg.Metadata), msg.Payload, seq)
 		}
-		if !wants(env.Type) {
+		if d.env != nil && !wants(d.env.Type) {
 			return nil
 		}
-		payload, err := r.reg.Decode(env)
-		if err != nil {
-			return Permanent(err)
+		if d.err != nil {
+			return Permanent(d.err)
 		}
+		env, payload := d.env, d.payload
 		ctx := events.ExtractTrace(msg.Context(), env)
 		ctx, span := tracer.Start(ctx, "handle "+env.Type, trace.WithSpanKind(trace.SpanKindConsumer),
 			trace.WithAttributes(
@@ -218,10 +269,22 @@ type subscriber struct {
 	topics  map[string]topic
 }
 
-// topic is a handler's consumer and the event types it takes.
+// topic is a handler's consumer, the event types it takes, and how many
+// events of different keys it handles at once.
 type topic struct {
-	cfg   jetstream.ConsumerConfig
-	wants func(eventType string) bool
+	cfg      jetstream.ConsumerConfig
+	wants    func(eventType string) bool
+	parallel int
+	key      KeyFunc
+	decode   func(subject string, h nats.Header, data []byte, seq uint64) decoded
+}
+
+// keyOf is the key of a decoded event ("" when it does not decode).
+func (t topic) keyOf(d decoded) string {
+	if d.err != nil {
+		return ""
+	}
+	return t.key(d.env, d.payload)
 }
 
 func (s *subscriber) add(name string, t topic) {
@@ -250,6 +313,13 @@ func (s *subscriber) Subscribe(ctx context.Context, name string) (<-chan *messag
 	go func() {
 		defer close(out)
 		defer stop()
+		// slots bounds the events being handled; busy holds, per key, the
+		// channel closed when its event is settled, so that the next event
+		// of that key waits for it (with one slot, each event waits for
+		// the one before: the order of the log).
+		slots := make(chan struct{}, max(t.parallel, 1))
+		var mu sync.Mutex
+		busy := map[string]chan struct{}{}
 		for {
 			m, err := it.Next()
 			if err != nil {
@@ -273,28 +343,64 @@ func (s *subscriber) Subscribe(ctx context.Context, name string) (<-chan *messag
 				_ = m.Term()
 				continue
 			}
-			wm := message.NewMessage(strconv.FormatUint(meta.Sequence.Stream, 10), m.Data())
-			wm.Metadata.Set(metaSequence, strconv.FormatUint(meta.Sequence.Stream, 10))
+			seq := meta.Sequence.Stream
+			wm := message.NewMessage(strconv.FormatUint(seq, 10), m.Data())
+			wm.Metadata.Set(metaSequence, strconv.FormatUint(seq, 10))
 			wm.Metadata.Set(metaSubject, m.Subject())
 			for k, v := range m.Headers() {
 				if len(v) > 0 {
 					wm.Metadata.Set(headerPrefix+k, v[0])
 				}
 			}
-			wm.SetContext(ctx)
+			msgCtx, key := ctx, ""
+			if t.key != nil {
+				d := t.decode(m.Subject(), m.Headers(), m.Data(), seq)
+				msgCtx, key = context.WithValue(ctx, decodedKey{}, d), t.keyOf(d)
+			}
+			wm.SetContext(msgCtx)
+			mu.Lock()
+			before := busy[key]
+			mu.Unlock()
+			if before != nil {
+				select {
+				case <-before:
+				case <-ctx.Done():
+					return
+				}
+			}
+			select {
+			case slots <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+			settled := make(chan struct{})
+			mu.Lock()
+			busy[key] = settled
+			mu.Unlock()
 			select {
 			case out <- wm:
 			case <-ctx.Done():
 				return
 			}
-			select {
-			case <-wm.Acked():
-				_ = m.DoubleAck(ctx)
-			case <-wm.Nacked():
-				_ = m.NakWithDelay(time.Second)
-			case <-ctx.Done():
-				return // unacknowledged: it is redelivered after AckWait
-			}
+			go func() {
+				defer func() {
+					mu.Lock()
+					if busy[key] == settled {
+						delete(busy, key)
+					}
+					mu.Unlock()
+					close(settled)
+					<-slots
+				}()
+				select {
+				case <-wm.Acked():
+					_ = m.DoubleAck(ctx)
+				case <-wm.Nacked():
+					_ = m.NakWithDelay(time.Second)
+				case <-ctx.Done():
+					// unacknowledged: it is redelivered after AckWait
+				}
+			}()
 		}
 	}()
 	return out, nil

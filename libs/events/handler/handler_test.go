@@ -267,3 +267,88 @@ func TestHandlerSkipsOtherTypesAndAcksThem(t *testing.T) {
 		t.Fatalf("handled %v, want the pings 0, 10 and 20 only", got)
 	}
 }
+
+// InParallel handles events of different keys at once (the first event
+// waits for the second to start: one at a time, it would wait forever),
+// never two of one key, and each key's events in the order of the log,
+// all from one subject; an event that does not decode goes to the poison
+// queue as before.
+func TestHandlerInParallelKeepsEachKeysOrder(t *testing.T) {
+	env := eventstest.Start(t, registry())
+	ctx := context.Background()
+	const total = 60
+	keyOf := func(n int) string { return fmt.Sprint("k", n%3) }
+	var (
+		mu                  sync.Mutex
+		active              = map[string]int{}
+		order               = map[string][]int{}
+		sameKeyAtOnce       int
+		running, mostAtOnce int
+		handled             int
+	)
+	secondStarted := make(chan struct{})
+	startRouter(t, env, func(r *handler.Router) {
+		r.Handle("in-parallel", events.Filter{AggregateType: "rollout"}, func(ctx context.Context, env *events.Envelope, p any) error {
+			n := p.(pinged).N
+			k := keyOf(n)
+			mu.Lock()
+			if active[k]++; active[k] > 1 {
+				sameKeyAtOnce++
+			}
+			running++
+			mostAtOnce = max(mostAtOnce, running)
+			order[k] = append(order[k], n)
+			mu.Unlock()
+			switch n {
+			case 0:
+				select {
+				case <-secondStarted:
+				case <-time.After(30 * time.Second):
+					t.Error("the second event did not start while the first was being handled")
+				}
+			case 1:
+				close(secondStarted)
+			}
+			mu.Lock()
+			active[k]--
+			running--
+			handled++
+			mu.Unlock()
+			return nil
+		}, handler.InParallel(4, func(_ *events.Envelope, p any) string { return keyOf(p.(pinged).N) }))
+	})
+	ref := events.AggregateRef{Org: "acme", Type: "rollout", ID: "r1"}
+	for n := range total {
+		if n == total/2 {
+			if _, err := env.JS.PublishMsg(ctx, &nats.Msg{Subject: ref.Subject(), Data: []byte("garbage")}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := env.Store.Append(ctx, ref, events.Any, events.New(pinged{N: n})...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventstest.Eventually(t, "every event handled and the garbage poisoned", 30*time.Second, 20*time.Millisecond, func() (bool, string) {
+		mu.Lock()
+		n := handled
+		mu.Unlock()
+		entries, _ := poison.List(ctx, env.JS, 10)
+		return n == total && len(entries) == 1, fmt.Sprintf("%d of %d handled, %d poisoned", n, total, len(entries))
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if sameKeyAtOnce > 0 {
+		t.Errorf("%d times two events of one key were handled at once", sameKeyAtOnce)
+	}
+	if mostAtOnce < 2 {
+		t.Errorf("at most %d event at once, want several", mostAtOnce)
+	}
+	for k, ns := range order {
+		for i := 1; i < len(ns); i++ {
+			if ns[i] <= ns[i-1] {
+				t.Errorf("key %s handled out of the log's order: %v", k, ns)
+				break
+			}
+		}
+	}
+}

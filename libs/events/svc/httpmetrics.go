@@ -27,12 +27,27 @@ var httpDuration = promauto.NewHistogramVec(prometheus.HistogramOpts{
 	Buckets: HTTPBuckets,
 }, []string{"service", "route", "method", "code"})
 
+// StatusClientClosedRequest is the code (nginx's) a request is counted
+// and logged with when it failed because its client went away: the
+// caller cancelled it (a machine rebooting mid-report, a CLI interrupted),
+// the answer reaches nobody, and no dependency failed.
+const StatusClientClosedRequest = 499
+
+// ClientClosed reports whether a request answered with status failed
+// because its client went away: a 5xx written after the request's
+// context ended (the server cancels it when the connection closes; the
+// failed dependency call was cancelled with it).
+func ClientClosed(r *http.Request, status int) bool {
+	return status >= 500 && r.Context().Err() != nil
+}
+
 // InstrumentHTTP serves every request next serves in a server span and
 // observes it in anvil_http_request_duration_seconds. The span continues
 // the caller's trace (W3C traceparent, through the global propagator) and
 // is named, as the metric's route label is, after the pattern the mux
 // matched (never the raw path); it records the method, the route and the
-// status, an error for a 5xx or a panic. next must be (or end in, with
+// status, an error for a 5xx or a panic (a 5xx whose client went away is
+// counted as StatusClientClosedRequest, not an error). next must be (or end in, with
 // nothing between that copies the request) the http.ServeMux that routes
 // it: the route is r.Pattern, without its method, "unmatched" when none
 // matched, so that neither a span name nor a label holds a path with an
@@ -58,13 +73,16 @@ func InstrumentHTTP(service string, next http.Handler) http.Handler {
 			if code == 0 {
 				code = http.StatusOK
 			}
+			if p == nil && ClientClosed(r, code) {
+				code = StatusClientClosedRequest
+			}
 			route, method := RouteLabel(r.Pattern), MethodLabel(r.Method)
 			observers.of(service, route, method, code).Observe(time.Since(start).Seconds())
 			if span.IsRecording() {
 				span.SetName(method + " " + route)
 				span.SetAttributes(semconv.HTTPRequestMethodKey.String(method), semconv.HTTPRoute(route),
 					semconv.HTTPResponseStatusCode(code))
-				if code >= 500 {
+				if code >= 500 && code != StatusClientClosedRequest {
 					span.SetStatus(codes.Error, http.StatusText(code))
 				}
 			}

@@ -1,6 +1,7 @@
 package svc
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -40,7 +41,8 @@ func TestMetricsOnlyOnTheAdminMux(t *testing.T) {
 
 // TestInstrumentHTTPLabels: requests are labelled with the pattern the mux
 // matched, never the path; unknown methods fold into "other"; the status
-// is the one written (200 when none is), 500 for a panic.
+// is the one written (200 when none is), 500 for a panic, 499 for a 5xx
+// whose client went away.
 func TestInstrumentHTTPLabels(t *testing.T) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /api/v1/orgs/{org}/machines/{uuid}", func(w http.ResponseWriter, r *http.Request) {
@@ -56,6 +58,9 @@ func TestInstrumentHTTPLabels(t *testing.T) {
 		w.(http.Flusher).Flush()
 	})
 	mux.HandleFunc("GET /panic", func(http.ResponseWriter, *http.Request) { panic("boom") })
+	mux.HandleFunc("GET /dependency", func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable) // a dependency failed, or the client went away
+	})
 	h := InstrumentHTTP("test-labels", mux)
 	serve := func(method, path string) {
 		defer func() { _ = recover() }()
@@ -67,6 +72,10 @@ func TestInstrumentHTTPLabels(t *testing.T) {
 	serve(http.MethodGet, "/no/such/path/secret-token")
 	serve(http.MethodGet, "/stream")
 	serve(http.MethodGet, "/panic")
+	serve(http.MethodGet, "/dependency")
+	gone, cancel := context.WithCancel(context.Background())
+	cancel() // the client went away before the answer
+	h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequestWithContext(gone, http.MethodGet, "/dependency", nil))
 
 	for labels, want := range map[[3]string]uint64{
 		{"/api/v1/orgs/{org}/machines/{uuid}", "GET", "200"}: 2,
@@ -74,6 +83,8 @@ func TestInstrumentHTTPLabels(t *testing.T) {
 		{"unmatched", "GET", "404"}:                          1,
 		{"/stream", "GET", "200"}:                            1,
 		{"/panic", "GET", "500"}:                             1,
+		{"/dependency", "GET", "503"}:                        1,
+		{"/dependency", "GET", "499"}:                        1,
 	} {
 		if got := histogramCount(t, "test-labels", labels); got != want {
 			t.Errorf("%v: %d requests, want %d", labels, got, want)

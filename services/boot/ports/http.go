@@ -474,7 +474,8 @@ func recoverer(log *slog.Logger, next http.Handler) http.Handler {
 // Ignition, assets) and every failure log at info; the agent's routine
 // successes (heartbeats, polls) at debug, as they come every few seconds
 // from every machine. A 5xx logs at warn with the start of its answer (the
-// problem's detail says which dependency failed).
+// problem's detail says which dependency failed), unless its client went
+// away first: that logs at info with status 499 (svc.ClientClosed).
 func accessLog(log *slog.Logger, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !log.Enabled(r.Context(), slog.LevelWarn) {
@@ -488,19 +489,25 @@ func accessLog(log *slog.Logger, next http.Handler) http.Handler {
 		// The server no longer lets anyone use w once ServeHTTP returned.
 		defer func() { sw.ResponseWriter = nil; statusWriters.Put(sw) }()
 		next.ServeHTTP(sw, r)
-		level := slog.LevelInfo
+		level, status := slog.LevelInfo, sw.status
 		switch {
-		case sw.status >= 500:
+		case svc.ClientClosed(r, status):
+			// Nobody reads the answer, and no dependency failed.
+			status = svc.StatusClientClosedRequest
+		case status >= 500:
 			level = slog.LevelWarn
-		case sw.status < 400 && strings.HasPrefix(r.URL.Path, "/agent/"):
+		case status < 400 && strings.HasPrefix(r.URL.Path, "/agent/"):
 			level = slog.LevelDebug
 		}
 		if !log.Enabled(r.Context(), level) {
 			return // nothing to build the line for
 		}
-		attrs := []any{"method", r.Method, "path", r.URL.Path, "status", sw.status,
+		attrs := []any{"method", r.Method, "path", r.URL.Path, "status", status,
 			"bytes", sw.bytes, "duration_ms", time.Since(start).Milliseconds(), "remote", r.RemoteAddr}
-		if sw.status >= 500 {
+		switch {
+		case status == svc.StatusClientClosedRequest:
+			attrs = append(attrs, "answered", sw.status, "why", "the client closed the request before it was answered")
+		case status >= 500:
 			attrs = append(attrs, "answer", strings.TrimSpace(string(sw.head)))
 		}
 		log.Log(r.Context(), level, "request served", attrs...)

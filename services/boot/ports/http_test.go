@@ -2,6 +2,7 @@ package ports
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -70,7 +71,9 @@ func TestStatusOfEveryKind(t *testing.T) {
 func errsKind(s string) errs.Kind { return errs.Kind(s) }
 
 // A 5xx is logged at warn with the start of its answer (which names the
-// failed dependency); an agent's routine success at debug.
+// failed dependency); an agent's routine success at debug; a failure
+// whose client went away (its dependency call was cancelled with it) at
+// info as 499.
 func TestAccessLogLevels(t *testing.T) {
 	var buf bytes.Buffer
 	log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -84,14 +87,22 @@ func TestAccessLogLevels(t *testing.T) {
 	for _, path := range []string{"/agent/v1/machines/u/heartbeat", "/ignition"} {
 		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", path, nil))
 	}
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequestWithContext(gone, "POST", "/agent/v1/machines/u/report", nil))
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
-	if len(lines) != 2 {
-		t.Fatalf("want 2 lines, got %q", lines)
+	if len(lines) != 3 {
+		t.Fatalf("want 3 lines, got %q", lines)
 	}
-	var ok, failed struct {
-		Level  string
-		Status int
-		Answer string
+	var ok, failed, closed struct {
+		Level    string
+		Status   int
+		Answer   string
+		Answered int
+	}
+	if err := json.Unmarshal([]byte(lines[2]), &closed); err != nil || closed.Level != "INFO" || closed.Status != 499 ||
+		closed.Answered != 503 || closed.Answer != "" {
+		t.Errorf("client gone: %+v %v", closed, err)
 	}
 	if err := json.Unmarshal([]byte(lines[0]), &ok); err != nil || ok.Level != "DEBUG" || ok.Status != 204 || ok.Answer != "" {
 		t.Errorf("heartbeat: %+v %v", ok, err)

@@ -34,6 +34,24 @@ func RegisterQueries(srv *command.Server, a *app.App) error {
 // (consumer handler-boot-instructions-<type>).
 const InstructionsHandler = "boot-instructions"
 
+// InstructionsInParallel is how many instruction events the handlers
+// store at once (never two of one machine): a rollout's reboot
+// instructions are all events of its one subject, and storing them one at
+// a time (a read and a compare-and-swap of the record, then the ack) had
+// bounded a 10,000-machine rollout to ~18 machines a second.
+const InstructionsInParallel = 16
+
+// instructionMachine is an instruction event's ordering key: its machine.
+func instructionMachine(_ *events.Envelope, payload any) string {
+	switch p := payload.(type) {
+	case api.RebootRequested:
+		return p.Org + "." + p.UUID
+	case api.InstructionWithdrawn:
+		return p.Org + "." + p.UUID
+	}
+	return ""
+}
+
 // RevocationsHandler is the durable name of the handler that revokes
 // machines' credentials (consumer handler-boot-revocations).
 const RevocationsHandler = "boot-revocations"
@@ -76,6 +94,6 @@ func RegisterEventHandlers(r *handler.Router, a *app.App) {
 				return handler.Permanent(err)
 			}
 			return err
-		})
+		}, handler.InParallel(InstructionsInParallel, instructionMachine))
 	}
 }

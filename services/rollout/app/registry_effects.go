@@ -12,6 +12,20 @@ import (
 // RegistryEffectTypes are the rollout events the registry hears about.
 var RegistryEffectTypes = []string{"rollout.machine_done", "rollout.step_failed", "rollout.machine_released"}
 
+// RegistryEffectMachine is a registry effect's ordering key: the machine
+// it is about ("" for other events).
+func RegistryEffectMachine(env *events.Envelope, payload any) string {
+	switch e := deref(payload).(type) {
+	case rollout.MachineDone:
+		return env.Org + "." + e.Machine
+	case rollout.StepFailed:
+		return env.Org + "." + e.Machine
+	case rollout.MachineReleased:
+		return env.Org + "." + e.Machine
+	}
+	return ""
+}
+
 // ApplyRegistryEffect tells the registry what a rollout event means for
 // the machine: done → ready at the revision; a failed step → failed with
 // the reason; released by an abort → ready at the revision it still runs.

@@ -88,8 +88,11 @@ func get(ctx context.Context, a *app.App, org, id, at string, minVersion uint64)
 const (
 	StartHandler          = "rollout-start-on-apply"
 	RegistryEffectHandler = "rollout-registry-effects"
-	MachineOpHandler      = "rollout-machine-operations"
-	ProvisionHandler      = "rollout-provision"
+	// RegistryEffectsInParallel is how many machines' registry effects
+	// are applied at once (each machine's in the order of the log).
+	RegistryEffectsInParallel = 16
+	MachineOpHandler          = "rollout-machine-operations"
+	ProvisionHandler          = "rollout-provision"
 )
 
 // RegisterEventHandlers starts a rollout for every pool.apply_requested
@@ -112,8 +115,10 @@ func RegisterEventHandlers(r *handler.Router, a *app.App) {
 			}
 			return err
 		})
+	// Each machine's effects in order, several machines at once: every
+	// machine of a rollout is an event of the rollout's one subject.
 	r.Handle(RegistryEffectHandler, events.Filter{AggregateType: app.AggregateType, EventTypes: app.RegistryEffectTypes},
-		a.ApplyRegistryEffect)
+		a.ApplyRegistryEffect, handler.InParallel(RegistryEffectsInParallel, app.RegistryEffectMachine))
 	r.Handle(ProvisionHandler, events.Filter{AggregateType: "machine", EventTypes: app.ProvisionTriggers},
 		func(ctx context.Context, env *events.Envelope, payload any) error {
 			err := a.StartProvisioning(ctx, env, payload)
