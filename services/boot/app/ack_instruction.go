@@ -27,7 +27,7 @@ func (a *App) AckInstruction(ctx context.Context, ag Agent, id string, ack agent
 		return errs.Invalid("status", "must be accepted, done, skipped or failed")
 	}
 	now := a.Now()
-	_, err := a.update(ctx, ag.Record, func(r *record.Record) (bool, error) {
+	rec, err := a.update(ctx, ag.Record, func(r *record.Record) (bool, error) {
 		expired := r.Expire(now)
 		changed, err := r.Ack(id, status, ack.Message, now)
 		return changed || expired, err
@@ -35,6 +35,9 @@ func (a *App) AckInstruction(ctx context.Context, ag Agent, id string, ack agent
 	switch {
 	case err == nil:
 		instructionEvents.WithLabelValues("acked_" + string(status)).Inc()
+		if in, ok := rec.Instruction(id); ok && status == api.StatusAccepted && in.AcceptedAt.Equal(now) {
+			observeInstructionWait("accepted", in.IssuedAt, now)
+		}
 		a.Log.InfoContext(ctx, "instruction acknowledged", "org", ag.Org, "uuid", ag.UUID, "instruction", id, "status", string(status), "message", ack.Message)
 		return nil
 	case errs.KindOf(err) == errs.KindInternal:

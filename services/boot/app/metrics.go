@@ -48,6 +48,12 @@ var (
 		Name: "anvil_boot_instructions_total",
 		Help: "Instruction lifecycle events: stored, duplicate, withdrawn, delivered, and acked_<status>.",
 	}, []string{"event"})
+	instructionWait = promauto.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "anvil_boot_instruction_wait_seconds",
+		Help: "Seconds from an instruction's request (its event's time) to its stage: stored on the machine's record, " +
+			"first delivered to the agent's poll, accepted by the agent.",
+		Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300},
+	}, []string{"stage"})
 	longPolls = promauto.NewGauge(prometheus.GaugeOpts{
 		Name: "anvil_boot_long_polls",
 		Help: "Agent long polls being held.",
@@ -76,4 +82,13 @@ func init() {
 	for _, k := range []string{"chain", "wait", "boot", "refusal"} {
 		ipxeScripts.WithLabelValues(k)
 	}
+}
+
+// observeInstructionWait records how long an instruction requested at
+// requested took to reach stage, as of now.
+func observeInstructionWait(stage string, requested, now time.Time) {
+	if requested.IsZero() {
+		return
+	}
+	instructionWait.WithLabelValues(stage).Observe(max(now.Sub(requested).Seconds(), 0))
 }

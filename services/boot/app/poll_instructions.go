@@ -103,6 +103,9 @@ func (a *App) deliver(ctx context.Context, ag Agent, rec record.Record) ([]agent
 		}
 		out = append(out, agentapi.Instruction{ID: in.ID, Kind: agentapi.Kind(in.Kind), Revision: in.MachineRevisionID, IssuedAt: in.IssuedAt})
 		instructionEvents.WithLabelValues("delivered").Inc()
+		if in.Deliveries == 1 {
+			observeInstructionWait("delivered", in.IssuedAt, now)
+		}
 		traceDelivery(ctx, ag, in)
 	}
 	return out, nil

@@ -54,6 +54,7 @@ func (a *App) StoreInstruction(ctx context.Context, eventOrg string, eventTime t
 		// asks the registry rather than memory.
 		a.forgetKnown(p.Org, p.UUID)
 		instructionEvents.WithLabelValues("stored").Inc()
+		observeInstructionWait("stored", eventTime, a.Now())
 		a.Log.InfoContext(ctx, "instruction stored for delivery", "org", p.Org, "uuid", p.UUID, "instruction", p.InstructionID,
 			"kind", p.Kind, "pool", p.Pool, "revision", p.Revision)
 	} else {

@@ -132,7 +132,7 @@ func benchRollout(b *testing.B, full int) {
 		b.StartTimer()
 		start := time.Now()
 		appendsBefore := rolloutAppends(b)
-		kubeBefore, commandsBefore := rolloutKubeCalls(b), commandCalls(b)
+		kubeBefore, commandsBefore, waitsBefore := rolloutKubeCalls(b), commandCalls(b), instructionWaits(b)
 		cpuBefore := s.sampleCPU(b)
 		stopProfile := profileRollout(b)
 		rev := s.apply(org, pool, poolSpec(fmt.Sprint(i+2), strat))
@@ -144,6 +144,8 @@ func benchRollout(b *testing.B, full int) {
 		appends := rolloutAppends(b).since(appendsBefore)
 		kubeCalls := "the rollout service's Kubernetes calls (as its client timed them): " + rolloutKubeCalls(b).report(kubeBefore, 8)
 		commands := "calls between the services (as their callers timed them; most time in all first): " + commandCalls(b).report(commandsBefore, 10)
+		waits := "reboot instructions, from the rollout's request to each stage (the boot service's anvil_boot_instruction_wait_seconds): " +
+			instructionWaits(b).report(waitsBefore, 3)
 		stop()
 		b.StopTimer()
 		if r.Progress.Done != n {
@@ -185,10 +187,10 @@ func benchRollout(b *testing.B, full int) {
 		// On stderr: a benchmark's log is cut after ten lines.
 		fmt.Fprintf(os.Stderr, "rollout %s: where a machine's time goes (from the events' decision times; mean / p50 / p90 / max):\n%s\n"+
 			"  appends to rollouts: %d appends of %d events, %.1f s in all (%.0f%% of the rollout's wall time), %.2f ms per event; "+
-			"chained appends' events sent again (all services): %d\n  %s\n  %s\n%s\n",
+			"chained appends' events sent again (all services): %d\n  %s\n  %s\n  %s\n%s\n",
 			r.ID, s.stepTimings(org, r.ID, start), appends.appends, appends.events, appends.seconds,
 			100*appends.seconds/total.Seconds(), 1000*appends.seconds/max(float64(appends.events), 1), appends.chainBreaks,
-			kubeCalls, commands, cpuReport(cpuBefore, cpuAfter, total, n))
+			kubeCalls, commands, waits, cpuReport(cpuBefore, cpuAfter, total, n))
 		b.StartTimer()
 	}
 }
@@ -464,7 +466,7 @@ type callStats map[string]struct {
 
 // histogramCalls reads family from the process's metrics, keyed by the
 // values of labels.
-func histogramCalls(b *testing.B, family string, labels ...string) callStats {
+func histogramCalls(b testing.TB, family string, labels ...string) callStats {
 	families, err := prometheus.DefaultGatherer.Gather()
 	must(b, err)
 	out := callStats{}
@@ -501,8 +503,14 @@ func rolloutKubeCalls(b *testing.B) callStats {
 // commandCalls are the calls between the services by subject, from the
 // callers' anvil_command_request_duration_seconds: where a step waits on
 // another service.
-func commandCalls(b *testing.B) callStats {
+func commandCalls(b testing.TB) callStats {
 	return histogramCalls(b, "anvil_command_request_duration_seconds", "subject")
+}
+
+// instructionWaits are the boot service's reboot instructions by stage
+// (stored, delivered, accepted), each timed from the rollout's request.
+func instructionWaits(b *testing.B) callStats {
+	return histogramCalls(b, "anvil_boot_instruction_wait_seconds", "stage")
 }
 
 // report is one line: each kind of call since before, with its count and

@@ -55,11 +55,23 @@ func tenMachines(s *stack) {
 	}
 
 	watch := s.watchNodes(pool + "-")
+	callsBefore := commandCalls(s.t)
 	rev := s.apply(org, pool, poolSpec("2", steady("2")))
 	r := s.waitRollout(org, pool, uint64(rev), 5*time.Minute, api.StatusSucceeded)
 	if r.Progress.Done != 10 || r.Progress.Total != 10 {
 		s.t.Fatalf("progress %+v", r.Progress)
 	}
+	// The reboot steps read their instructions from the boot records they
+	// watch: a step asks the boot service about its instruction at most
+	// once, before the watch shows the record (none when the record was
+	// watched already, as here after the provisioning rollout); they asked
+	// at every wake-up before.
+	const instructionGet = "cmd.boot.instruction.get"
+	asked := commandCalls(s.t)[instructionGet].calls - callsBefore[instructionGet].calls
+	if asked > 2*10 {
+		s.t.Fatalf("the rollout asked %s %d times for 10 reboots; want at most twice each", instructionGet, asked)
+	}
+	s.t.Logf("%s asked %d times for 10 reboots", instructionGet, asked)
 	if got := watch.maxCordoned(); got > 2 || got == 0 {
 		s.t.Fatalf("at most %d nodes were unschedulable at once; want 1 or 2 (maxUnavailable 2)", got)
 	}
