@@ -140,6 +140,12 @@ type Rollouts interface {
 	Get(org, id string) (Snapshot, bool)
 	// Active lists the rollouts that are not finished.
 	Active() []Snapshot
+	// Peek calls fn with the rollout's state without copying it (false
+	// when unknown); PeekActive calls fn for each rollout not finished
+	// until it returns false. fn runs under the model's read lock: it
+	// must neither keep nor change the state, nor block.
+	Peek(org, id string, fn func(*rollout.State)) bool
+	PeekActive(fn func(org string, s *rollout.State) bool)
 	// WaitFor waits until the model applied seq.
 	WaitFor(ctx context.Context, seq uint64) error
 	// View is the rollout as the API shows it; the log only withLog.

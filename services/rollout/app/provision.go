@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"slices"
 
 	"github.com/anvil-fleet/anvil/libs/events"
 	"github.com/anvil-fleet/anvil/libs/events/errs"
@@ -42,14 +41,18 @@ func (a *App) StartProvisioning(ctx context.Context, env *events.Envelope, _ any
 		return nil // not waiting for a first revision (no pool, or pre-registered and not booted yet)
 	}
 	log := a.Log.With("org", org, "machine", uuid, "pool", m.Pool, "cause", env.Type)
-	for _, r := range a.Rollouts.Active() {
-		if r.Org != org || r.State.Pool != m.Pool {
-			continue
+	by := ""
+	a.Rollouts.PeekActive(func(rOrg string, s *rollout.State) bool {
+		if rOrg == org && s.Pool == m.Pool {
+			if _, ok := s.Machine(uuid); ok {
+				by = s.ID
+			}
 		}
-		if slices.ContainsFunc(r.State.Machines, func(x rollout.MachineState) bool { return x.UUID == uuid }) {
-			log.InfoContext(ctx, "machine is provisioned by a rollout already", "rollout", r.State.ID)
-			return nil
-		}
+		return by == ""
+	})
+	if by != "" {
+		log.InfoContext(ctx, "machine is provisioned by a rollout already", "rollout", by)
+		return nil
 	}
 	// The pool as the machine found it: if it had no applied revision
 	// then, the pool's first apply (later in the log) rolls out to the

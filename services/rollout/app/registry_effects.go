@@ -45,15 +45,19 @@ func (a *App) ApplyRegistryEffect(ctx context.Context, env *events.Envelope, pay
 	case rollout.StepFailed:
 		uuid, cmds = e.Machine, []any{regapi.MarkFailed{Reason: "rollout " + env.AggregateID + ": " + string(e.Step) + ": " + e.Reason, Step: string(e.Step)}}
 	case rollout.MachineReleased:
-		snap, ok := a.Rollouts.Get(env.Org, env.AggregateID)
-		if !ok {
+		var runs rollout.MachineState
+		known := a.Rollouts.Peek(env.Org, env.AggregateID, func(s *rollout.State) {
+			if m, ok := s.Machine(e.Machine); ok {
+				runs.CurrentRevision = m.CurrentRevision
+			}
+		})
+		if !known {
 			return errs.Unavailable("rollout %s is not in the read model yet", env.AggregateID)
 		}
-		m, ok := snap.State.Machine(e.Machine)
-		if !ok || m.CurrentRevision == 0 {
+		if runs.CurrentRevision == 0 {
 			return nil // it never ran a revision of the pool: nothing to go back to
 		}
-		uuid, cmds = e.Machine, []any{regapi.SetTargetRevision{Revision: m.CurrentRevision}, regapi.MarkReady{Revision: m.CurrentRevision}}
+		uuid, cmds = e.Machine, []any{regapi.SetTargetRevision{Revision: runs.CurrentRevision}, regapi.MarkReady{Revision: runs.CurrentRevision}}
 	default:
 		return nil
 	}
@@ -68,7 +72,12 @@ func (a *App) ApplyRegistryEffect(ctx context.Context, env *events.Envelope, pay
 		}
 	}
 	if _, ok := deref(payload).(rollout.MachineDone); ok {
-		if snap, ok := a.Rollouts.Get(env.Org, env.AggregateID); ok && snap.State.Provisioning {
+		provisioning := false
+		a.Rollouts.Peek(env.Org, env.AggregateID, func(s *rollout.State) { provisioning = s.Provisioning })
+		if !provisioning {
+			return nil
+		}
+		if snap, ok := a.Rollouts.Get(env.Org, env.AggregateID); ok {
 			return a.catchUp(ctx, env, snap, uuid)
 		}
 	}
@@ -79,8 +88,9 @@ func (a *App) rolloutRevision(ctx context.Context, env *events.Envelope) (uint64
 	if err := a.Rollouts.WaitFor(ctx, env.Sequence); err != nil {
 		return 0, false
 	}
-	snap, ok := a.Rollouts.Get(env.Org, env.AggregateID)
-	return snap.State.Revision, ok
+	var rev uint64
+	ok := a.Rollouts.Peek(env.Org, env.AggregateID, func(s *rollout.State) { rev = s.Revision })
+	return rev, ok
 }
 
 // deref turns a decoded *T payload into T.

@@ -29,8 +29,10 @@ func (r poolMachines) PoolMachines(context.Context, string, string) ([]regapi.Ma
 // noRollouts is a read model without rollouts.
 type noRollouts struct{ Rollouts }
 
-func (noRollouts) Get(string, string) (Snapshot, bool) { return Snapshot{}, false }
-func (noRollouts) Active() []Snapshot                  { return nil }
+func (noRollouts) Get(string, string) (Snapshot, bool)            { return Snapshot{}, false }
+func (noRollouts) Active() []Snapshot                             { return nil }
+func (noRollouts) Peek(string, string, func(*rollout.State)) bool { return false }
+func (noRollouts) PeekActive(func(string, *rollout.State) bool)   {}
 
 // An apply whose rollout cannot start for good is recorded as refused,
 // once; what retrying may fix is returned to the handler and records

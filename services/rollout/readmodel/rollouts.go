@@ -109,6 +109,33 @@ func (m *Rollouts) Active() []app.Snapshot {
 	return out
 }
 
+// Peek implements app.Rollouts.
+func (m *Rollouts) Peek(org, id string, fn func(*rollout.State)) bool {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	e, ok := m.byKey[key(org, id)]
+	if ok {
+		e.view.Peek(fn)
+	}
+	return ok
+}
+
+// PeekActive implements app.Rollouts.
+func (m *Rollouts) PeekActive(fn func(org string, s *rollout.State) bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	for _, e := range m.order {
+		if e.view.Over() {
+			continue
+		}
+		more := true
+		e.view.Peek(func(s *rollout.State) { more = fn(e.org, s) })
+		if !more {
+			return
+		}
+	}
+}
+
 // CountByStatus counts the rollouts by status (app.RolloutCounter, for
 // the anvil_rollouts gauge).
 func (m *Rollouts) CountByStatus() map[rollout.Status]int {

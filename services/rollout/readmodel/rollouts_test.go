@@ -52,6 +52,30 @@ func TestRolloutsModel(t *testing.T) {
 	if _, ok := m.Get("nobody", "ro-1"); ok {
 		t.Fatal("a rollout of another organization is visible")
 	}
+	// Peek reads the state the view folded, as Get's copy shows it.
+	var rev uint64
+	var host string
+	if !m.Peek("acme", "ro-1", func(s *rollout.State) {
+		rev = s.Revision
+		if ms, ok := s.Machine("00000000-0000-4000-8000-000000000001"); ok {
+			host = ms.Hostname
+		}
+	}) || rev != 2 || host != "m1" {
+		t.Fatalf("peek: revision %d, machine %q", rev, host)
+	}
+	if m.Peek("nobody", "ro-1", func(*rollout.State) { t.Error("peeked at another organization's rollout") }) {
+		t.Fatal("peek found a rollout of another organization")
+	}
+	var peeked []string
+	m.PeekActive(func(org string, s *rollout.State) bool { peeked = append(peeked, org+"/"+s.ID); return true })
+	if len(peeked) != 2 || peeked[0] != "acme/ro-1" || peeked[1] != "other/ro-1" {
+		t.Fatalf("peeked at %v, want both active rollouts, oldest first", peeked)
+	}
+	peeked = nil
+	m.PeekActive(func(org string, s *rollout.State) bool { peeked = append(peeked, org); return false })
+	if len(peeked) != 1 {
+		t.Fatalf("peeked at %v after fn said stop", peeked)
+	}
 	m.Skip(9)
 	if m.Checkpoint() != 9 {
 		t.Fatal("skip did not move the checkpoint")

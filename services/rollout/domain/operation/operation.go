@@ -157,6 +157,11 @@ func (v *View) Over() bool { return v.Refused || v.Status.Final() }
 // State returns the rollout state the view folded.
 func (v *View) State() rollout.State { return v.state.Clone() }
 
+// Peek calls fn with the state the view folded, not a copy: fn must
+// neither keep nor change it (a copy of 10,000 machines for every reader
+// cost a 10,000-machine rollout an eighth of its CPU).
+func (v *View) Peek(fn func(*rollout.State)) { fn(&v.state) }
+
 // Apply folds one event: the state, then the log lines it makes.
 func (v *View) Apply(event any) {
 	if rv := reflect.ValueOf(event); rv.Kind() == reflect.Pointer {
