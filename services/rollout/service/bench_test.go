@@ -595,10 +595,30 @@ func (s *stack) progress(org, pool string, revision uint64) (stop func()) {
 				return
 			case <-t.C:
 				if r, ok := s.findRollout(org, pool, revision); ok {
-					fmt.Fprintf(os.Stderr, "%6.1fs %s %s: %s (in progress %d, failed %d)\n", time.Since(start).Seconds(), r.ID, r.Status, r.Progress, r.Progress.InProgress, r.Progress.Failed)
+					fmt.Fprintf(os.Stderr, "%6.1fs %s %s: %s (in progress %d, failed %d)%s\n", time.Since(start).Seconds(), r.ID, r.Status, r.Progress,
+						r.Progress.InProgress, r.Progress.Failed, s.instructionBacklog())
 				}
 			}
 		}
 	}()
 	return func() { close(done) }
+}
+
+// instructionConsumer is the boot service's consumer of the rollouts'
+// reboot instructions (its ports.InstructionsHandler for rollouts).
+const instructionConsumer = "handler-boot-instructions-rollout"
+
+// instructionBacklog says how far the boot service's consumer of the
+// rollouts' events is behind: events not delivered yet, and delivered
+// but not acknowledged (a reboot step waits for its instruction there).
+func (s *stack) instructionBacklog() string {
+	c, err := s.env.JS.Consumer(s.ctx, events.StreamName, instructionConsumer)
+	if err != nil {
+		return ""
+	}
+	info, err := c.Info(s.ctx)
+	if err != nil {
+		return ""
+	}
+	return fmt.Sprintf("; boot's consumer of rollout events: %d not delivered, %d unacknowledged", info.NumPending, info.NumAckPending)
 }
