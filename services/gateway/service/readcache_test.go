@@ -43,6 +43,12 @@ func TestReadCacheFollowsTheRegistry(t *testing.T) {
 		}
 		return m, p.Items[0].Hostname
 	}
+	// Read-your-writes holds per caller: the viewer (not the operator who
+	// wrote) may read before the registry's projection has the machine.
+	s.eventually("the viewer sees the pre-registered machine", func() (bool, string) {
+		r := s.do("GET", one, tn.viewer, nil, nil, nil)
+		return r.status == 200, fmt.Sprintf("GET %s: %d", one, r.status)
+	})
 	// the viewer's reads fill the cache, and read it again
 	var first machine
 	for range 3 {
