@@ -109,23 +109,29 @@ func (a *App) StartProvisioning(ctx context.Context, env *events.Envelope, _ any
 // to its pool's newer applied revision.
 func CatchUpIDFor(eventID string) string { return RolloutIDFor("catch-up\x00" + eventID) }
 
+// provisionedBy is what catchUp reads of the provisioning rollout.
+type provisionedBy struct {
+	id, pool string
+	revision uint64
+}
+
 // catchUp runs after a provisioning rollout brought a machine to its
 // revision: if the pool was applied again meanwhile (that apply's rollout
 // left the machine out while it was provisioning), a one-machine rollout
 // of the newly applied revision follows, as any rollout of a joined
 // machine does (cordon, drain, reboot, in the pool's windows).
-func (a *App) catchUp(ctx context.Context, env *events.Envelope, snap Snapshot, uuid string) error {
-	p, err := a.Revisions.Pool(ctx, env.Org, snap.State.Pool)
+func (a *App) catchUp(ctx context.Context, env *events.Envelope, by provisionedBy, uuid string) error {
+	p, err := a.Revisions.Pool(ctx, env.Org, by.pool)
 	if err != nil {
 		if permanent(err) {
 			return nil
 		}
 		return err
 	}
-	if p.Deleted || p.AppliedRevision == 0 || uint64(p.AppliedRevision) == snap.State.Revision {
+	if p.Deleted || p.AppliedRevision == 0 || uint64(p.AppliedRevision) == by.revision {
 		return nil
 	}
-	rev, err := a.Revisions.Revision(ctx, env.Org, snap.State.Pool, p.AppliedRevision)
+	rev, err := a.Revisions.Revision(ctx, env.Org, by.pool, p.AppliedRevision)
 	if err != nil {
 		return err
 	}
@@ -135,9 +141,9 @@ func (a *App) catchUp(ctx context.Context, env *events.Envelope, snap Snapshot, 
 	}
 	id := CatchUpIDFor(env.ID)
 	_, err = a.Start(ctx, StartRollout{
-		ID: id, Org: env.Org, Pool: snap.State.Pool, Cluster: p.Cluster, Revision: uint64(p.AppliedRevision),
-		Hash: rev.Hash, Rollback: uint64(p.AppliedRevision) < snap.State.Revision, Machine: uuid, Strategy: strategy,
-		RequestedBy: "machine:" + uuid + " (catching up with the pool's applied revision after provisioning " + snap.State.ID + ")",
+		ID: id, Org: env.Org, Pool: by.pool, Cluster: p.Cluster, Revision: uint64(p.AppliedRevision),
+		Hash: rev.Hash, Rollback: uint64(p.AppliedRevision) < by.revision, Machine: uuid, Strategy: strategy,
+		RequestedBy: "machine:" + uuid + " (catching up with the pool's applied revision after provisioning " + by.id + ")",
 	})
 	if err == nil {
 		a.Log.InfoContext(ctx, "provisioned machine catches up with its pool's applied revision", "org", env.Org,

@@ -45,19 +45,19 @@ func (a *App) ApplyRegistryEffect(ctx context.Context, env *events.Envelope, pay
 	case rollout.StepFailed:
 		uuid, cmds = e.Machine, []any{regapi.MarkFailed{Reason: "rollout " + env.AggregateID + ": " + string(e.Step) + ": " + e.Reason, Step: string(e.Step)}}
 	case rollout.MachineReleased:
-		var runs rollout.MachineState
+		var runs uint64 // the revision the machine still runs
 		known := a.Rollouts.Peek(env.Org, env.AggregateID, func(s *rollout.State) {
 			if m, ok := s.Machine(e.Machine); ok {
-				runs.CurrentRevision = m.CurrentRevision
+				runs = m.CurrentRevision
 			}
 		})
 		if !known {
 			return errs.Unavailable("rollout %s is not in the read model yet", env.AggregateID)
 		}
-		if runs.CurrentRevision == 0 {
+		if runs == 0 {
 			return nil // it never ran a revision of the pool: nothing to go back to
 		}
-		uuid, cmds = e.Machine, []any{regapi.SetTargetRevision{Revision: runs.CurrentRevision}, regapi.MarkReady{Revision: runs.CurrentRevision}}
+		uuid, cmds = e.Machine, []any{regapi.SetTargetRevision{Revision: runs}, regapi.MarkReady{Revision: runs}}
 	default:
 		return nil
 	}
@@ -72,13 +72,14 @@ func (a *App) ApplyRegistryEffect(ctx context.Context, env *events.Envelope, pay
 		}
 	}
 	if _, ok := deref(payload).(rollout.MachineDone); ok {
-		provisioning := false
-		a.Rollouts.Peek(env.Org, env.AggregateID, func(s *rollout.State) { provisioning = s.Provisioning })
-		if !provisioning {
-			return nil
-		}
-		if snap, ok := a.Rollouts.Get(env.Org, env.AggregateID); ok {
-			return a.catchUp(ctx, env, snap, uuid)
+		var provisioned provisionedBy
+		a.Rollouts.Peek(env.Org, env.AggregateID, func(s *rollout.State) {
+			if s.Provisioning {
+				provisioned = provisionedBy{id: s.ID, pool: s.Pool, revision: s.Revision}
+			}
+		})
+		if provisioned.id != "" {
+			return a.catchUp(ctx, env, provisioned, uuid)
 		}
 	}
 	return nil
