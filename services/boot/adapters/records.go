@@ -34,12 +34,15 @@ const maxUpdateAttempts = 32
 // Records keeps one record.Record per machine in a KV bucket (key
 // <org>.<uuid>, history 1) and lets long polls wait for changes.
 type Records struct {
-	kv  jetstream.KeyValue
-	hub *hub
+	kv    jetstream.KeyValue
+	hub   *hub
+	cache *recordCache
 }
 
-// NewRecords creates (or reuses) the bucket.
-func NewRecords(ctx context.Context, js jetstream.JetStream, replicas int) (*Records, error) {
+// NewRecords creates (or reuses) the bucket. Up to cacheEntries records
+// are answered from memory while Watch runs (recordCache); 0 reads every
+// record from the bucket.
+func NewRecords(ctx context.Context, js jetstream.JetStream, replicas, cacheEntries int) (*Records, error) {
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      RecordsBucket,
 		Description: "anvil boot service: per-machine boot records (served machine revisions, instructions)",
@@ -50,19 +53,40 @@ func NewRecords(ctx context.Context, js jetstream.JetStream, replicas int) (*Rec
 	if err != nil {
 		return nil, fmt.Errorf("boot records bucket %s: %w", RecordsBucket, err)
 	}
-	return &Records{kv: kv, hub: newHub()}, nil
+	return &Records{kv: kv, hub: newHub(), cache: newRecordCache(cacheEntries)}, nil
 }
 
-// Get returns the machine's record, or a zero one.
+// Get returns the machine's record, or a zero one: from memory when this
+// replica holds it (see recordCache for how current that is), else from
+// the bucket.
 func (s *Records) Get(ctx context.Context, org, uuid string) (record.Record, error) {
+	if err := checkKey(org, uuid); err != nil {
+		return record.Record{}, err
+	}
+	if r, ok := s.cache.get(record.Key(org, uuid)); ok {
+		return r, nil
+	}
 	return s.get(ctx, org, uuid)
 }
 
+// get reads the machine's record from the bucket.
 func (s *Records) get(ctx context.Context, org, uuid string) (record.Record, error) {
 	if err := checkKey(org, uuid); err != nil {
 		return record.Record{}, err
 	}
-	e, err := s.kv.Get(ctx, record.Key(org, uuid))
+	key := record.Key(org, uuid)
+	ticket := s.cache.begin(key)
+	r, err := s.load(ctx, org, uuid, key)
+	if err != nil {
+		s.cache.end(ticket, key, nil)
+		return record.Record{}, err
+	}
+	s.cache.end(ticket, key, &r)
+	return r, nil
+}
+
+func (s *Records) load(ctx context.Context, org, uuid, key string) (record.Record, error) {
+	e, err := s.kv.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return record.Record{Org: org, UUID: uuid}, nil
 	}
@@ -106,15 +130,21 @@ func (s *Records) UpdateFrom(ctx context.Context, read record.Record, fn func(*r
 // update is Update with, if read is not nil, the first attempt's record.
 func (s *Records) update(ctx context.Context, org, uuid string, read *record.Record, fn func(*record.Record) (bool, error)) (record.Record, error) {
 	key := record.Key(org, uuid)
-	for range maxUpdateAttempts {
+	for attempt := range maxUpdateAttempts {
 		var r record.Record
-		if read != nil {
+		var err error
+		switch {
+		case read != nil:
 			r, read = *read, nil
-		} else {
-			var err error
-			if r, err = s.get(ctx, org, uuid); err != nil {
-				return record.Record{}, err
-			}
+		case attempt == 0:
+			r, err = s.Get(ctx, org, uuid)
+		default:
+			// The last attempt lost a race: what is stored, not what
+			// this replica remembers.
+			r, err = s.get(ctx, org, uuid)
+		}
+		if err != nil {
+			return record.Record{}, err
 		}
 		changed, err := fn(&r)
 		if err != nil || !changed {
@@ -133,10 +163,12 @@ func (s *Records) update(ctx context.Context, org, uuid string, read *record.Rec
 		}
 		switch {
 		case err == nil:
-			s.hub.notify(key) // local waiters need not wait for the watcher
 			r.Revision = rev
+			s.cache.wrote(key, r)
+			s.hub.notify(key) // local waiters need not wait for the watcher
 			return r, nil
 		case errors.Is(err, jetstream.ErrKeyExists), errors.Is(err, jetstream.ErrKeyRevisionMismatch):
+			s.cache.forget(key)
 			continue // lost a race: decide again on the newer record
 		default:
 			return record.Record{}, errs.Unavailable("writing the boot record of %s/%s: %v", org, uuid, err)
@@ -162,12 +194,17 @@ func (s *Records) Watch(ctx context.Context, log *slog.Logger) {
 			_ = clock.Sleep(ctx, time.Second)
 			continue
 		}
+		// Changes made while no watch ran were not delivered: what was
+		// cached before is dropped, and the waiters read again.
+		s.cache.watching(true)
 		s.hub.notifyAll()
 		for e := range w.Updates() {
 			if e != nil {
+				s.cache.changed(e.Key(), e.Revision()) // before the waiters read it again
 				s.hub.notify(e.Key())
 			}
 		}
+		s.cache.watching(false)
 		_ = w.Stop()
 	}
 }

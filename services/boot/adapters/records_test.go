@@ -15,7 +15,7 @@ import (
 func TestRecordsUpdateFrom(t *testing.T) {
 	env := eventstest.Start(t, events.NewRegistry())
 	ctx := context.Background()
-	recs, err := NewRecords(ctx, env.JS, 1)
+	recs, err := NewRecords(ctx, env.JS, 1, DefaultRecordCacheEntries)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -116,6 +116,11 @@ type Config struct {
 	// to the registry: at most one per machine per interval, carrying its
 	// latest boot. --ipxe-report-interval / ANVIL_BOOT_IPXE_REPORT_INTERVAL.
 	IPXEReportInterval time.Duration
+	// RecordCacheEntries bounds the boot records kept in memory, kept
+	// current by the bucket's watch, which every agent request reads (0:
+	// the default, 50,000; negative: read each from the bucket).
+	// --record-cache-entries / ANVIL_BOOT_RECORD_CACHE_ENTRIES.
+	RecordCacheEntries int
 }
 
 // RegisterFlags binds the service's flags, each with an environment default.
@@ -159,6 +164,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"how long /ipxe answers a machine that booted before and did not change since from memory, without asking the registry; negative: always ask (env ANVIL_BOOT_IPXE_KNOWN_TTL)")
 	fs.DurationVar(&c.IPXEReportInterval, "ipxe-report-interval", svc.EnvDuration("ANVIL_BOOT_IPXE_REPORT_INTERVAL", DefaultReportEvery),
 		"boots answered from memory are reported to the registry afterwards, at most once per machine per interval (env ANVIL_BOOT_IPXE_REPORT_INTERVAL)")
+	fs.IntVar(&c.RecordCacheEntries, "record-cache-entries", svc.EnvInt("ANVIL_BOOT_RECORD_CACHE_ENTRIES", adapters.DefaultRecordCacheEntries),
+		"boot records kept in memory (about 1 KiB each), which every agent request reads; size it to the fleet; negative: read each from the bucket (env ANVIL_BOOT_RECORD_CACHE_ENTRIES)")
 	fs.DurationVar(&c.InstructionTTL, "instruction-ttl", svc.EnvDuration("ANVIL_BOOT_INSTRUCTION_TTL", DefaultInstrTTL),
 		"how long an instruction without its own expiry waits to be accepted by the agent (env ANVIL_BOOT_INSTRUCTION_TTL)")
 }
@@ -191,6 +198,9 @@ func (c Config) withDefaults() (Config, error) {
 		c.IPXEKnownTTL = DefaultKnownTTL
 	}
 	defD(&c.IPXEReportInterval, DefaultReportEvery)
+	if c.RecordCacheEntries == 0 {
+		c.RecordCacheEntries = adapters.DefaultRecordCacheEntries
+	}
 	if c.PrepareWorkers == 0 {
 		c.PrepareWorkers = 1
 	}

@@ -97,7 +97,7 @@ func Start(ctx context.Context, cfg Config, o svc.Options, h Hooks) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", Name, err)
 	}
-	records, err := adapters.NewRecords(ctx, rt.JS, cfg.StreamReplicas)
+	records, err := adapters.NewRecords(ctx, rt.JS, cfg.StreamReplicas, max(cfg.RecordCacheEntries, 0))
 	if err != nil {
 		return err
 	}

@@ -59,6 +59,7 @@ default. Every name here is read by the service's RegisterFlags. */}}
 {{- include "anvil.optEnv" (dict "name" "ANVIL_BOOT_PREPARE_WORKERS" "value" (int $c.prepareWorkers)) }}
 {{- include "anvil.optEnv" (dict "name" "ANVIL_BOOT_IPXE_KNOWN_TTL" "value" $c.ipxeKnownTTL) }}
 {{- include "anvil.optEnv" (dict "name" "ANVIL_BOOT_IPXE_REPORT_INTERVAL" "value" $c.ipxeReportInterval) }}
+{{- include "anvil.optEnv" (dict "name" "ANVIL_BOOT_RECORD_CACHE_ENTRIES" "value" (int $c.recordCacheEntries)) }}
 {{- if $c.tls.enabled }}
 - name: ANVIL_BOOT_TLS_ADDR
   value: ":8443"
