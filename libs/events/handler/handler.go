@@ -383,6 +383,19 @@ func (s *subscriber) Subscribe(ctx context.Context, name string) (<-chan *messag
 				return
 			}
 			go func() {
+				// The slot is free once the handler is done, the key once
+				// the server has the event's ack: another key's event need
+				// not wait for this one's round trip, and the next event of
+				// this key (with one slot, the next event) still waits for
+				// it, so a lost ack cannot bring an event back after a later
+				// one of its key was handled.
+				released := false
+				release := func() {
+					if !released {
+						released = true
+						<-slots
+					}
+				}
 				defer func() {
 					mu.Lock()
 					if busy[key] == settled {
@@ -390,12 +403,14 @@ func (s *subscriber) Subscribe(ctx context.Context, name string) (<-chan *messag
 					}
 					mu.Unlock()
 					close(settled)
-					<-slots
+					release()
 				}()
 				select {
 				case <-wm.Acked():
+					release()
 					_ = m.DoubleAck(ctx)
 				case <-wm.Nacked():
+					release()
 					_ = m.NakWithDelay(time.Second)
 				case <-ctx.Done():
 					// unacknowledged: it is redelivered after AckWait

@@ -50,8 +50,8 @@ var (
 	}, []string{"event"})
 	instructionWait = promauto.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "anvil_boot_instruction_wait_seconds",
-		Help: "Seconds from an instruction's request (its event's time) to its stage: stored on the machine's record, " +
-			"first delivered to the agent's poll, accepted by the agent.",
+		Help: "Seconds from an instruction's request (its event's time) to its stage: received by the boot service's handler, " +
+			"stored on the machine's record, first delivered to the agent's poll, accepted by the agent.",
 		Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300},
 	}, []string{"stage"})
 	longPolls = promauto.NewGauge(prometheus.GaugeOpts{

@@ -41,6 +41,9 @@ func (a *App) StoreInstruction(ctx context.Context, eventOrg string, eventTime t
 	if eventTime.IsZero() {
 		eventTime = a.Now()
 	}
+	// received apart from stored tells a late delivery of the event from a
+	// slow store of it.
+	observeInstructionWait("received", eventTime, a.Now())
 	stored := false
 	_, err = a.Records.Update(ctx, p.Org, p.UUID, func(r *record.Record) (bool, error) {
 		stored = r.AddInstruction(n, eventTime, a.Settings.InstructionTTL)
