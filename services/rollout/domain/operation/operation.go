@@ -350,6 +350,10 @@ func (v *View) log(event any, existed bool) {
 	case rollout.Aborted:
 		v.add(e.At, "", "", LogAborted, "the abort wound down")
 		v.report(e.At, e.Machines)
+	case rollout.MachinesReported:
+		// The final states that did not fit in the Failed or Aborted
+		// event that follows.
+		v.report(e.At, e.Machines)
 	}
 }
 

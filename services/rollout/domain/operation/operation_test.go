@@ -69,3 +69,26 @@ func TestViewFromEvents(t *testing.T) {
 		t.Errorf("%+v", empty)
 	}
 }
+
+// A final report split over MachinesReported events and the final event
+// logs every machine's final state, as one event's did.
+func TestViewLogsASplitFinalReport(t *testing.T) {
+	strategy := rollout.Strategy{PoolSettings: rollout.PoolSettings{MaxUnavailable: "50%"}}.WithDefaults()
+	v := Project([]any{rollout.Started{ID: "r1", Pool: "workers", Revision: 2, PoolSize: 2, Strategy: strategy, At: t0,
+		Machines: []rollout.Machine{{UUID: uuidOf(1), Hostname: "m01"}, {UUID: uuidOf(2), Hostname: "m02"}}}})
+	report := v.state.Report()
+	v.Apply(rollout.MachinesReported{Machines: report[:1], At: t0})
+	v.Apply(rollout.Aborted{Machines: report[1:], At: t0})
+	var finals []string
+	for _, e := range v.Log {
+		if e.Outcome == LogFinalState {
+			finals = append(finals, e.Node+": "+e.Message)
+		}
+	}
+	if want := []string{"m01: not started; untouched", "m02: not started; untouched"}; strings.Join(finals, "\n") != strings.Join(want, "\n") {
+		t.Errorf("final states logged:\n%s\nwant\n%s", strings.Join(finals, "\n"), strings.Join(want, "\n"))
+	}
+	if v.Status != rollout.StatusAborted {
+		t.Errorf("status %s; want aborted", v.Status)
+	}
+}

@@ -57,10 +57,7 @@ func Decide(s State, cmd Command, now time.Time) ([]any, error) {
 	for _, e := range evs {
 		after.Apply(e)
 	}
-	if e := finishEvent(&after, now); e != nil {
-		evs = append(evs, e)
-	}
-	return evs, nil
+	return append(evs, finishEvents(&after, now)...), nil
 }
 
 // CommandTypes returns a zero value of every command, for registering them
@@ -694,23 +691,55 @@ func (c Finish) decide(s *State, now time.Time) ([]any, error) {
 	if s.Outcome != "" {
 		return nil, nil
 	}
-	if e := finishEvent(s, now); e != nil {
-		return []any{e}, nil
+	if evs := finishEvents(s, now); len(evs) > 0 {
+		return evs, nil
 	}
 	return nil, s.refuse("finish", "machines are still moving or waiting")
 }
 
-// finishEvent is the event that finishes the rollout, if it can finish.
-func finishEvent(s *State, now time.Time) any {
+// finishEvents are the events that finish the rollout, if it can finish:
+// the final one last, and before it, when every machine's report would not
+// fit in one event, the reports that do not (MachinesReported).
+func finishEvents(s *State, now time.Time) []any {
 	switch outcome, reason := s.Finishing(); outcome {
 	case StatusSucceeded:
-		return Succeeded{At: now}
+		return []any{Succeeded{At: now}}
 	case StatusFailed:
-		return Failed{Reason: reason, Machines: s.Report(), At: now}
+		evs, last := splitReport(s.Report(), now)
+		return append(evs, Failed{Reason: reason, Machines: last, At: now})
 	case StatusAborted:
-		return Aborted{Machines: s.Report(), At: now}
+		evs, last := splitReport(s.Report(), now)
+		return append(evs, Aborted{Machines: last, At: now})
 	}
 	return nil
+}
+
+// maxReportBytes bounds the machine reports of one event, well under the
+// server's maximum payload (1 MiB by default), which refuses the message
+// whole: a failed rollout of 10,000 machines could not record its end.
+const maxReportBytes = 512 << 10
+
+// splitReport cuts rs into MachinesReported events of at most
+// maxReportBytes each, the last part left for the final event. A rollout
+// whose reports fit in one event gets none.
+func splitReport(rs []MachineReport, now time.Time) (before []any, last []MachineReport) {
+	start, size := 0, 0
+	for i := range rs {
+		n := reportBytes(&rs[i])
+		if size+n > maxReportBytes && i > start {
+			before = append(before, MachinesReported{Machines: rs[start:i:i], At: now})
+			start, size = i, 0
+		}
+		size += n
+	}
+	return before, rs[start:]
+}
+
+// reportBytes is at least the JSON size of r: the field names and
+// punctuation, its identifiers as they are, and its reason as if every
+// byte were escaped (\u003c is six bytes for one).
+func reportBytes(r *MachineReport) int {
+	return 128 + len(r.UUID) + len(r.Hostname) + len(r.Outcome) + len(r.Node) + len(r.Step) + 6*len(r.Reason)
 }
 
 func (c Remediate) decide(s *State, now time.Time) ([]any, error) {

@@ -198,6 +198,15 @@ type Failed struct {
 	At       time.Time       `json:"at"`
 }
 
+// MachinesReported: the final state of some of the machines, appended
+// just before Failed or Aborted when every machine's would not fit in one
+// event (the server refuses a message over its maximum payload). Their
+// Machines together with the final event's are every machine's.
+type MachinesReported struct {
+	Machines []MachineReport `json:"machines"`
+	At       time.Time       `json:"at"`
+}
+
 // Aborted: the abort wound down. Machines lists every machine's final
 // state. Final.
 type Aborted struct {
@@ -206,6 +215,7 @@ type Aborted struct {
 }
 
 func (Started) EventType() string            { return "rollout.started" }
+func (MachinesReported) EventType() string   { return "rollout.machines_reported" }
 func (StartRefused) EventType() string       { return "rollout.start_refused" }
 func (DependencyResolved) EventType() string { return "rollout.dependency_resolved" }
 func (ChecksRecorded) EventType() string     { return "rollout.checks_recorded" }
@@ -232,6 +242,6 @@ func EventTypes() []any {
 		Started{}, StartRefused{}, DependencyResolved{}, ChecksRecorded{}, MachineBegun{},
 		StepStarted{}, StepSucceeded{}, StepFailed{}, StepCancelled{}, DrainBlocked{},
 		MachineDone{}, MachineReleased{}, MachineRemediated{}, Paused{}, Resumed{}, AbortRequested{}, Retried{},
-		Succeeded{}, Failed{}, Aborted{},
+		Succeeded{}, Failed{}, Aborted{}, MachinesReported{},
 	}
 }

@@ -327,12 +327,23 @@ func (s *State) Finishing() (Status, string) {
 	return "", ""
 }
 
-// failures describes every failed machine.
+// maxFailuresDescribed bounds the machines a rollout's failure reason
+// names: the reason is one field of one event, and every failed machine's
+// reason is in its own report anyway.
+const maxFailuresDescribed = 20
+
+// failures describes the failed machines, the first maxFailuresDescribed
+// of them by name.
 func (s *State) failures() string {
 	var parts []string
+	more := 0
 	for i := range s.Machines {
 		m := &s.Machines[i]
 		if m.Phase != PhaseFailed || m.Failure == nil {
+			continue
+		}
+		if len(parts) == maxFailuresDescribed {
+			more++
 			continue
 		}
 		p := fmt.Sprintf("machine %s failed at %s: %s", m.Hostname, m.Failure.Step, m.Failure.Reason)
@@ -340,6 +351,9 @@ func (s *State) failures() string {
 			p += "; its node stays cordoned"
 		}
 		parts = append(parts, p)
+	}
+	if more > 0 {
+		parts = append(parts, fmt.Sprintf("and %d more machines failed (each machine's report says where and why)", more))
 	}
 	return strings.Join(parts, "; ")
 }
