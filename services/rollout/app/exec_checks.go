@@ -3,6 +3,8 @@ package app
 import (
 	"context"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	regapi "github.com/anvil-fleet/anvil/services/registry/api"
@@ -59,15 +61,16 @@ func (a *App) gatherFacts(ctx context.Context, org string, s *rollout.State) (ch
 		f.ClusterError = err.Error()
 	}
 
+	known, err := a.registryMachines(ctx, org, s.Machines)
+	if err != nil {
+		return f, err
+	}
 	now := a.now()
 	var hosts []string
 	for _, m := range s.Machines {
-		rm, err := a.Registry.Machine(ctx, org, m.UUID)
-		if err != nil {
-			if permanent(err) {
-				continue // unknown to the registry: the check says so
-			}
-			return f, err
+		rm, ok := known[m.UUID]
+		if !ok {
+			continue // unknown to the registry: the check says so
 		}
 		fm := checks.Machine{UUID: m.UUID, Status: string(rm.Status), Online: rm.Connectivity == regapi.Online}
 		if m.NoNode && !fm.Online && WaitingInBootLoop(rm, now) {
@@ -88,6 +91,45 @@ func (a *App) gatherFacts(ctx context.Context, org string, s *rollout.State) (ch
 		}
 	}
 	return f, nil
+}
+
+// checkReads is how many machines the checks read from the registry at
+// once: one after the other, the 10,000 reads of a large rollout took
+// 4.7 s before its first machine began.
+const checkReads = 16
+
+// registryMachines reads the rollout's machines from the registry,
+// checkReads at a time. A machine the registry refuses for good (gone,
+// or not in this organization) is left out; any other error is returned.
+func (a *App) registryMachines(ctx context.Context, org string, ms []rollout.MachineState) (map[string]regapi.Machine, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var (
+		mu    sync.Mutex
+		known = make(map[string]regapi.Machine, len(ms))
+		next  atomic.Int64
+		wg    sync.WaitGroup
+	)
+	for range min(checkReads, len(ms)) {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < len(ms) && ctx.Err() == nil; i = int(next.Add(1) - 1) {
+				rm, err := a.Registry.Machine(ctx, org, ms[i].UUID)
+				switch {
+				case err == nil:
+					mu.Lock()
+					known[ms[i].UUID] = rm
+					mu.Unlock()
+				case !permanent(err):
+					cancel(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := context.Cause(ctx); err != nil {
+		return nil, err
+	}
+	return known, nil
 }
 
 // waitForRollout waits until the rollout this one comes after succeeded

@@ -128,6 +128,7 @@ func (x *executor) confirmReboot(ctx context.Context) {
 // target revision after the reboot.
 func (x *executor) waitBoot(ctx context.Context) {
 	defer x.a.Boot.Follow(x.d.org, x.act.Machine)()
+	askedRegistry := x.a.now()
 	x.retry(ctx, func() <-chan struct{} { return x.a.Notify.C(machineKey(x.d.org, x.act.Machine)) }, func() (bool, error) {
 		var in bootapi.Instruction
 		found := false
@@ -149,6 +150,16 @@ func (x *executor) waitBoot(ctx context.Context) {
 			x.succeed(ctx, fmt.Sprintf("booted revision %d", x.act.Revision))
 			return true, nil
 		}
+		// The boot service settles an instruction the agent took (done or
+		// failed) before it reports the booted revision to the registry:
+		// while it is unsettled the registry cannot tell more, and is
+		// asked only every Replan, in case. Asking at every wake-up was
+		// 12 registry reads a machine in a 10,000-machine rollout.
+		if found && (in.Status == bootapi.StatusAccepted || in.Status == bootapi.StatusPending) &&
+			x.a.now().Sub(askedRegistry) < x.a.Settings.Replan {
+			return false, nil
+		}
+		askedRegistry = x.a.now()
 		m, err := x.a.Registry.Machine(ctx, x.d.org, x.act.Machine)
 		if err != nil {
 			return false, err
