@@ -20,6 +20,12 @@ var recordReads = promauto.NewCounterVec(prometheus.CounterOpts{
 	Help: "Boot record reads, by where they were answered from: cache (this replica's memory, kept current by the bucket's watch) or store (the KV bucket).",
 }, []string{"from"})
 
+// The two series, made once: every agent request counts one of them.
+var (
+	readsFromCache = recordReads.WithLabelValues("cache")
+	readsFromStore = recordReads.WithLabelValues("store")
+)
+
 // recordCache keeps the records this replica read or wrote, the most
 // recently used first, while the bucket's watch runs: every agent request
 // reads its machine's record to check its credential, and at 10,000
@@ -78,9 +84,7 @@ func (c *recordCache) get(key string) (record.Record, bool) {
 	}
 	c.mu.Unlock()
 	if ok {
-		recordReads.WithLabelValues("cache").Inc()
-	} else {
-		recordReads.WithLabelValues("store").Inc()
+		readsFromCache.Inc()
 	}
 	return r, ok
 }

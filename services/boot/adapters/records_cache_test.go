@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/anvil-fleet/anvil/libs/events"
 	"github.com/anvil-fleet/anvil/libs/events/eventstest"
 	"github.com/anvil-fleet/anvil/services/boot/domain/record"
@@ -211,4 +213,51 @@ func TestRecordsCacheFollowsTheOtherReplica(t *testing.T) {
 		}
 		return got.Revision == stored.Revision && got.BootedRevision == "mr-3", "b reads " + got.BootedRevision
 	})
+}
+
+// anvil_boot_record_reads_total counts every read where it was answered:
+// with the cache off, every Get reads the bucket; with it on and the watch
+// running, the second Get of a record is answered from memory.
+func TestRecordReadsCounted(t *testing.T) {
+	env := eventstest.Start(t, events.NewRegistry())
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	const org, uuid = "acme", "6f1e3b9a-0c2d-4e5f-8a7b-1c2d3e4f5a6c"
+	counts := func() (cache, store float64) {
+		return testutil.ToFloat64(readsFromCache), testutil.ToFloat64(readsFromStore)
+	}
+	for _, tc := range []struct {
+		name                 string
+		entries              int
+		wantCache, wantStore float64
+	}{
+		{name: "cache off", entries: -1, wantCache: 0, wantStore: 2},
+		{name: "cache on", entries: 10, wantCache: 1, wantStore: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			recs, err := NewRecords(ctx, env.JS, 1, tc.entries)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wctx, stop := context.WithCancel(ctx)
+			defer stop()
+			go recs.Watch(wctx, slog.Default())
+			eventstest.Eventually(t, "the watch established", 10*time.Second, 10*time.Millisecond, func() (bool, string) {
+				recs.cache.mu.Lock()
+				defer recs.cache.mu.Unlock()
+				return recs.cache.live, "not yet"
+			})
+			cache0, store0 := counts()
+			for range 2 {
+				if _, err := recs.Get(ctx, org, uuid); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cache1, store1 := counts()
+			if cache1-cache0 != tc.wantCache || store1-store0 != tc.wantStore {
+				t.Fatalf("two reads counted %v from the cache and %v from the store; want %v and %v",
+					cache1-cache0, store1-store0, tc.wantCache, tc.wantStore)
+			}
+		})
+	}
 }
