@@ -74,7 +74,9 @@ func (h *handler) bootRoutes() []route {
 }
 
 func (h *handler) machineRevisions(ctx context.Context, ref bootapi.MachineRef) (MachineRevisions, error) {
-	m, err := h.Registry.GetMachine(ctx, regapi.MachineGet{Org: ref.Org, UUID: ref.UUID})
+	// The caller's own writes are in the answer (read-your-writes, as
+	// every read of the two services through the gateway).
+	m, err := h.Registry.GetMachine(ctx, regapi.MachineGet{Org: ref.Org, UUID: ref.UUID, MinVersion: h.writes.last(ctx, marksRegistry)})
 	if err != nil {
 		return MachineRevisions{}, err
 	}
@@ -83,7 +85,7 @@ func (h *handler) machineRevisions(ctx context.Context, ref bootapi.MachineRef) 
 		TargetRevision: st.TargetRevision, Revisions: []MachineRevision{}, Instructions: []bootapi.Instruction{}, Version: m.Version}
 	ref.UUID = st.UUID // canonical
 	if st.Pool != "" {
-		list, err := rev.ListRevisions(ctx, h.NC, rev.ListRevisionsRequest{Org: ref.Org, Pool: st.Pool})
+		list, err := rev.ListRevisions(ctx, h.NC, rev.ListRevisionsRequest{Org: ref.Org, Pool: st.Pool, MinVersion: h.writes.last(ctx, marksRevisions)})
 		switch {
 		case errs.Is(err, errs.KindNotFound): // assigned to a pool not created yet, or deleted
 		case err != nil:
