@@ -27,6 +27,7 @@ const maxWriteMarks = 10000
 const (
 	marksRegistry  = "registry"
 	marksRevisions = "revisions"
+	marksRollout   = "rollout"
 )
 
 func markKey(ctx context.Context, service string) (string, bool) {

@@ -134,7 +134,11 @@ func (h *handler) rolloutRoutes() []route {
 			},
 			Endpoint: func(ctx context.Context, req any) (any, error) {
 				c := req.(controlReq)
-				return c.call(ctx, c.req)
+				out, err := c.call(ctx, c.req)
+				if err == nil {
+					h.writes.note(ctx, marksRollout, out.Version)
+				}
+				return out, err
 			}}
 	}
 	return []route{
@@ -174,13 +178,19 @@ func (h *handler) rolloutRoutes() []route {
 					RequestedBy: principalOf(ctx).Actor()}, f.Err()
 			},
 			Endpoint: func(ctx context.Context, req any) (any, error) {
-				return ro.Start(ctx, req.(rolloutapi.StartRequest))
+				out, err := ro.Start(ctx, req.(rolloutapi.StartRequest))
+				if err == nil {
+					h.writes.note(ctx, marksRollout, out.Version)
+				}
+				return out, err
 			}},
 		{Method: "GET", Path: one, Min: V, Summary: "Get a rollout (status, progress, machines and checks; its log is at /operations/{id}/log), now or ?at= a past time or sequence",
 			Response: rolloutapi.Rollout{}, Status: 200, Query: []string{"at"},
 			Decode: func(_ context.Context, r *http.Request) (any, error) { return get(r) },
 			Endpoint: func(ctx context.Context, req any) (any, error) {
-				return ro.Get(ctx, req.(rolloutapi.GetRequest))
+				r := req.(rolloutapi.GetRequest)
+				r.MinVersion = h.writes.last(ctx, marksRollout)
+				return ro.Get(ctx, r)
 			}},
 		control("pause", "Pause a rollout: no new machine begins; machines already begun finish", ro.Pause),
 		control("resume", "Resume a paused rollout", ro.Resume),
@@ -197,7 +207,9 @@ func (h *handler) rolloutRoutes() []route {
 			Response: rolloutapi.Operation{}, Status: 200, Query: []string{"at"},
 			Decode: func(_ context.Context, r *http.Request) (any, error) { return get(r) },
 			Endpoint: func(ctx context.Context, req any) (any, error) {
-				return ro.GetOperation(ctx, req.(rolloutapi.GetRequest))
+				r := req.(rolloutapi.GetRequest)
+				r.MinVersion = h.writes.last(ctx, marksRollout)
+				return ro.GetOperation(ctx, r)
 			}},
 		h.logRoute(ro, operation+"/log"),
 	}

@@ -2,6 +2,7 @@ package service_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -9,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/anvil-fleet/anvil/libs/kubeharness"
 	bootapi "github.com/anvil-fleet/anvil/services/boot/api"
@@ -177,6 +180,44 @@ func TestRolloutsWithFleet(t *testing.T) {
 	running := instantPassed(t).UTC()
 	if r := s.do("POST", allURL+"/pause", tn.operator, map[string]any{"reason": "lunch"}, nil, &ro); r.status != 200 || ro.Status != "paused" || r.header.Get("ETag") == "" {
 		t.Fatalf("pause: %d %s", r.status, r.body)
+	}
+	// The operator's next read is at least as new as the pause
+	// (read-your-writes, though another rollout replica may lag): the
+	// gateway asks the rollout service for the pause's version, and a
+	// viewer who wrote nothing asks for none.
+	asked := make(chan rolloutapi.GetRequest, 8)
+	spy, err := s.nc.Subscribe(rolloutapi.SubjectGet, func(m *nats.Msg) {
+		var req rolloutapi.GetRequest
+		if json.Unmarshal(m.Data, &req) == nil && req.ID == all.ID {
+			asked <- req
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		who  string
+		tok  string
+		want uint64
+	}{{"the operator who paused", tn.operator, ro.Version}, {"a viewer", tn.viewer, 0}} {
+		var again rolloutapi.Rollout
+		if r := s.do("GET", allURL, tc.tok, nil, nil, &again); r.status != 200 || again.Status != "paused" {
+			t.Fatalf("%s reads the paused rollout: %d %s", tc.who, r.status, r.body)
+		}
+		select {
+		case req := <-asked:
+			if req.MinVersion != tc.want {
+				t.Fatalf("a read by %s asked for version %d, want %d", tc.who, req.MinVersion, tc.want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("a read by %s did not reach the rollout service", tc.who)
+		}
+	}
+	if err := spy.Unsubscribe(); err != nil {
+		t.Fatal(err)
 	}
 	if r := s.do("POST", allURL+"/resume", tn.operator, nil, map[string]string{"If-Match": `"1"`}, nil); r.status != 412 {
 		t.Fatalf("stale If-Match: %d %s", r.status, r.body)
