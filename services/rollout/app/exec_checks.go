@@ -4,8 +4,9 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	regapi "github.com/anvil-fleet/anvil/services/registry/api"
 	"github.com/anvil-fleet/anvil/services/rollout/domain/checks"
@@ -102,31 +103,25 @@ const checkReads = 16
 // checkReads at a time. A machine the registry refuses for good (gone,
 // or not in this organization) is left out; any other error is returned.
 func (a *App) registryMachines(ctx context.Context, org string, ms []rollout.MachineState) (map[string]regapi.Machine, error) {
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	var (
-		mu    sync.Mutex
-		known = make(map[string]regapi.Machine, len(ms))
-		next  atomic.Int64
-		wg    sync.WaitGroup
-	)
-	for range min(checkReads, len(ms)) {
-		wg.Go(func() {
-			for i := int(next.Add(1) - 1); i < len(ms) && ctx.Err() == nil; i = int(next.Add(1) - 1) {
-				rm, err := a.Registry.Machine(ctx, org, ms[i].UUID)
-				switch {
-				case err == nil:
-					mu.Lock()
-					known[ms[i].UUID] = rm
-					mu.Unlock()
-				case !permanent(err):
-					cancel(err)
-				}
+	var mu sync.Mutex
+	known := make(map[string]regapi.Machine, len(ms))
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(checkReads)
+	for _, m := range ms {
+		g.Go(func() error {
+			rm, err := a.Registry.Machine(ctx, org, m.UUID)
+			switch {
+			case err == nil:
+				mu.Lock()
+				known[m.UUID] = rm
+				mu.Unlock()
+			case !permanent(err):
+				return err
 			}
+			return nil
 		})
 	}
-	wg.Wait()
-	if err := context.Cause(ctx); err != nil {
+	if err := g.Wait(); err != nil {
 		return nil, err
 	}
 	return known, nil
