@@ -74,6 +74,7 @@ type options struct {
 	binDir       string
 	startTimeout time.Duration
 	extraArgs    map[string][]string
+	extraEnv     map[string][]string
 	logger       *slog.Logger
 	kubeadm      *Kubeadm
 	// nodeLease is the lease duration of the nodes kwok keeps (0: 40 s).
@@ -91,6 +92,14 @@ func WithStartTimeout(d time.Duration) Option { return func(o *options) { o.star
 // the harness's own flags, so they win where a flag is given twice.
 func WithArgs(component string, args ...string) Option {
 	return func(o *options) { o.extraArgs[component] = append(o.extraArgs[component], args...) }
+}
+
+// WithEnv adds environment variables ("NAME=value") to one component's
+// environment, which is otherwise this process's. GOGC=400, say, trades
+// the component's memory for the CPU its garbage collector takes from
+// what the test measures on the same cores.
+func WithEnv(component string, vars ...string) Option {
+	return func(o *options) { o.extraEnv[component] = append(o.extraEnv[component], vars...) }
 }
 
 // WithNodeLeaseDuration sets the lease duration of the nodes kwok keeps
@@ -112,7 +121,7 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l 
 // startup only; the processes run until Stop.
 func StartProcess(ctx context.Context, dir string, opts ...Option) (_ *ControlPlane, err error) {
 	begin := time.Now()
-	o := options{startTimeout: 2 * time.Minute, extraArgs: map[string][]string{}}
+	o := options{startTimeout: 2 * time.Minute, extraArgs: map[string][]string{}, extraEnv: map[string][]string{}}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -285,6 +294,7 @@ func (s *starter) launch(ctx context.Context, name string, nPorts int,
 		// kwok also reads ~/.kwok/kwok.yaml; keep a developer's file out.
 		env = append(env, "HOME="+filepath.Join(s.cp.Dir, "kwok-home"))
 	}
+	env = append(env, s.opts.extraEnv[name]...)
 	for attempt := 1; ; attempt++ {
 		ports, err := freePorts(nPorts)
 		if err != nil {
