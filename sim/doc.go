@@ -17,9 +17,12 @@
 //  4. The real agent (package agent) runs with this boot's revision, a new
 //     boot id, the machine's own state file, the shared HTTP client and a
 //     simulated Rebooter. It heartbeats, reports and long-polls instructions.
-//  5. When the agent reboots: that agent stops, the Node goes NotReady (kwok
-//     lets go of it and its Ready condition turns False, as
-//     kubeharness.SetNodeNotReady does, here in one patch of the status),
+//  5. When the agent reboots: that agent stops, the Node goes NotReady (its
+//     Ready condition False with RebootingReason, in one patch of the
+//     status, which kwok as libs/kubeharness runs it leaves alone; set
+//     back to True in one more patch when the machine is back; a reboot
+//     that hangs takes the Node from kwok instead, as
+//     kubeharness.SetNodeNotReady does, so that its lease runs out),
 //     the machine stays down RebootTime ± RebootJitter (or hangs, see
 //     FailRate and Machine.Hang), then starts again at step 1 and boots its
 //     current target revision. The new agent settles the instruction

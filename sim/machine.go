@@ -124,6 +124,10 @@ type Machine struct {
 	screen    []string
 	journal   []string
 	pending   *Reboot // set by the Rebooter, taken by the run loop
+	// kwokKept: that Node carries the kwok label (kwok keeps its lease
+	// and pods); rebooting: its Ready condition is False with
+	// RebootingReason, which kwok leaves to the simulator to undo.
+	kwokKept, rebooting bool
 }
 
 func newMachine(f *Fleet, uuid, mac string) *Machine {
@@ -549,12 +553,17 @@ func (m *Machine) reboot(reason string, cancel context.CancelFunc) error {
 // machine may hang, then the firmware starts again. False if ctx ended.
 func (m *Machine) rebootDown(ctx context.Context) bool {
 	m.setPhase(PhaseRebooting, "")
-	m.nodeDown(ctx, "rebooting")
 	d := m.rebootDuration()
-	if m.chance(m.fleet.cfg.FailRate) {
-		m.mu.Lock()
-		m.hang = true
-		m.mu.Unlock()
+	fail := m.chance(m.fleet.cfg.FailRate)
+	m.mu.Lock()
+	m.hang = m.hang || fail
+	hang, kept := m.hang, m.kwokKept
+	m.mu.Unlock()
+	if hang || !kept {
+		// A machine that does not come back loses its kubelet's lease.
+		m.nodeDown(ctx, "rebooting")
+	} else {
+		m.nodeRebooting(ctx)
 	}
 	for {
 		m.mu.Lock()

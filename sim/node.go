@@ -17,10 +17,17 @@ import (
 // reported as an EventError and the machine carries on.
 const kubeAttempts = 8
 
+// RebootingReason is the reason of the Ready=False condition the simulator
+// posts when a machine goes down for a reboot; kwok, as libs/kubeharness
+// runs it, leaves such a node NotReady (kubeharness.RebootingReason).
+const RebootingReason = "NodeRebooting"
+
 // reconcileNode makes the Node of this boot what it should be: created if
 // missing, with the kubelet's standard labels, the labels and taints from
 // Ignition, and either handed to kwok (which keeps it Ready) or, when the
-// machine never joins, NotReady.
+// machine never joins, NotReady. A Node that kwok kept through a reboot
+// with the same labels is only reported Ready again, in one patch of its
+// status, as a kubelet that comes back does.
 func (m *Machine) reconcileNode(ctx context.Context, bc *BootConfig) {
 	kube := m.fleet.cfg.Kube
 	if kube == nil {
@@ -29,7 +36,15 @@ func (m *Machine) reconcileNode(ctx context.Context, bc *BootConfig) {
 	m.mu.Lock()
 	join := !m.neverJoin
 	prevName, prevApplied := m.nodeName, m.applied
+	rebooting := m.rebooting && m.kwokKept && prevName == bc.NodeName
+	renamed := m.rebooting && m.kwokKept && prevName != "" && prevName != bc.NodeName
 	m.mu.Unlock()
+	if renamed && m.releaseNode(ctx, prevName) {
+		// Back under another name: the old Node's kubelet is gone for good.
+		m.mu.Lock()
+		m.kwokKept, m.rebooting = false, false
+		m.mu.Unlock()
+	}
 
 	labels := map[string]string{
 		"kubernetes.io/hostname": bc.NodeName,
@@ -37,8 +52,21 @@ func (m *Machine) reconcileNode(ctx context.Context, bc *BootConfig) {
 		"kubernetes.io/arch":     "amd64",
 	}
 	maps.Copy(labels, bc.NodeLabels)
+	if join && rebooting && maps.Equal(labels, prevApplied) {
+		err := m.kubeRetry(ctx, func() error { return m.patchReady(ctx, bc.NodeName, m.readyCondition()) })
+		if err == nil {
+			m.nodeUp(bc.NodeName, "node "+bc.NodeName+" Ready again")
+			return
+		}
+		if !apierrors.IsNotFound(err) {
+			m.emit(EventError, fmt.Sprintf("node %s Ready: %v", bc.NodeName, err))
+			return
+		}
+		rebooting = false // deleted meanwhile: registered again below
+	}
 	// As a kubelet that registers: the Node of a machine that booted
 	// before is patched in one call; only a missing one is created.
+	created := false
 	err := m.kubeRetry(ctx, func() error {
 		// Labels the simulator set on this node before and that Ignition no
 		// longer gives are removed; everything else on the node is kept.
@@ -71,6 +99,7 @@ func (m *Machine) reconcileNode(ctx context.Context, bc *BootConfig) {
 			Spec:       corev1.NodeSpec{Taints: bc.Taints},
 		}
 		_, err = kube.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
+		created = err == nil
 		return err // AlreadyExists: raced with another writer, go round again
 	})
 	if err != nil {
@@ -78,21 +107,55 @@ func (m *Machine) reconcileNode(ctx context.Context, bc *BootConfig) {
 		return
 	}
 	m.mu.Lock()
-	m.nodeName, m.applied = bc.NodeName, labels
+	m.nodeName, m.applied, m.kwokKept = bc.NodeName, labels, join
 	m.mu.Unlock()
 	if !join {
-		m.setNotReady(ctx, bc.NodeName, "simulated: the node never joins")
+		m.setNotReady(ctx, bc.NodeName, "KubeletNotReady", "simulated: the node never joins")
+		return
+	}
+	if rebooting && !created {
+		// kwok leaves a node that reports RebootingReason alone.
+		err := m.kubeRetry(ctx, func() error { return m.patchReady(ctx, bc.NodeName, m.readyCondition()) })
+		if err != nil && !apierrors.IsNotFound(err) {
+			m.emit(EventError, fmt.Sprintf("node %s Ready: %v", bc.NodeName, err))
+			return
+		}
+	}
+	m.nodeUp(bc.NodeName, "node "+bc.NodeName+" handed to kwok")
+}
+
+// nodeUp records the Node Ready (as the simulator made or left it).
+func (m *Machine) nodeUp(name, message string) {
+	m.mu.Lock()
+	m.nodeReady, m.rebooting = true, false
+	m.mu.Unlock()
+	m.emit(EventNodeReady, message)
+}
+
+// nodeRebooting reports the Node NotReady as a kubelet whose machine goes
+// down for a reboot: one patch of its Ready condition, with
+// RebootingReason. kwok keeps the node's lease and pods meanwhile, as for a
+// machine back within its lease.
+func (m *Machine) nodeRebooting(ctx context.Context) {
+	if m.fleet.cfg.Kube == nil {
 		return
 	}
 	m.mu.Lock()
-	m.nodeReady = true
+	name := m.nodeName
 	m.mu.Unlock()
-	m.emit(EventNodeReady, "node "+bc.NodeName+" handed to kwok")
+	if name == "" {
+		return
+	}
+	if m.setNotReady(ctx, name, RebootingReason, "simulated: rebooting") {
+		m.mu.Lock()
+		m.rebooting = true
+		m.mu.Unlock()
+	}
 }
 
 // nodeDown makes the Node look like one whose kubelet went away, as
-// kubeharness.SetNodeNotReady does: kwok stops managing it (its label goes)
-// and its Ready condition turns False.
+// kubeharness.SetNodeNotReady does: kwok stops managing it (its label goes,
+// and with it the lease's renewals) and its Ready condition turns False.
 func (m *Machine) nodeDown(ctx context.Context, why string) {
 	if m.fleet.cfg.Kube == nil {
 		return
@@ -103,6 +166,18 @@ func (m *Machine) nodeDown(ctx context.Context, why string) {
 	if name == "" {
 		return
 	}
+	if !m.releaseNode(ctx, name) {
+		return
+	}
+	m.mu.Lock()
+	m.kwokKept = false
+	m.mu.Unlock()
+	m.setNotReady(ctx, name, "KubeletNotReady", "simulated: "+why)
+}
+
+// releaseNode takes the Node from kwok (its label goes): no more lease
+// renewals, no more pod handling. False if that failed (reported).
+func (m *Machine) releaseNode(ctx context.Context, name string) bool {
 	err := m.kubeRetry(ctx, func() error {
 		err := m.patchLabels(ctx, name, map[string]*string{m.fleet.cfg.KwokLabel: nil})
 		if apierrors.IsNotFound(err) {
@@ -112,43 +187,59 @@ func (m *Machine) nodeDown(ctx context.Context, why string) {
 	})
 	if err != nil {
 		m.emit(EventError, fmt.Sprintf("node %s: %v", name, err))
-		return
+		return false
 	}
-	m.setNotReady(ctx, name, "simulated: "+why)
+	return true
 }
 
-// setNotReady sets the node's Ready condition to False, in one patch of
-// the status (conditions merge by type, as the kubelet's do). Its
+// setNotReady sets the node's Ready condition to False for reason, in one
+// patch of the status (conditions merge by type, as the kubelet's do). Its
 // transition time is set only when the simulator had the node Ready;
-// otherwise the one already there stands.
-func (m *Machine) setNotReady(ctx context.Context, name, message string) {
+// otherwise the one already there stands. False if the patch failed.
+func (m *Machine) setNotReady(ctx context.Context, name, reason, message string) bool {
 	m.mu.Lock()
 	wasReady := m.nodeReady
 	m.mu.Unlock()
 	now := metav1.Now()
-	cond := map[string]any{"type": corev1.NodeReady, "status": corev1.ConditionFalse, "reason": "KubeletNotReady",
+	cond := map[string]any{"type": corev1.NodeReady, "status": corev1.ConditionFalse, "reason": reason,
 		"message": message, "lastHeartbeatTime": now}
 	if wasReady {
 		cond["lastTransitionTime"] = now
 	}
-	patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []any{cond}}})
-	if err == nil {
-		err = m.kubeRetry(ctx, func() error {
-			_, err := m.fleet.cfg.Kube.CoreV1().Nodes().Patch(ctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
-			if apierrors.IsNotFound(err) {
-				return nil
-			}
-			return err
-		})
-	}
+	err := m.kubeRetry(ctx, func() error {
+		err := m.patchReady(ctx, name, cond)
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return err
+	})
 	m.mu.Lock()
 	m.nodeReady = false
 	m.mu.Unlock()
 	if err != nil {
 		m.emit(EventError, fmt.Sprintf("node %s NotReady: %v", name, err))
-		return
+		return false
 	}
 	m.emit(EventNodeNotReady, "node "+name+": "+message)
+	return true
+}
+
+// readyCondition is the Ready condition of a kubelet that is back.
+func (m *Machine) readyCondition() map[string]any {
+	now := metav1.Now()
+	return map[string]any{"type": corev1.NodeReady, "status": corev1.ConditionTrue, "reason": "KubeletReady",
+		"message": "simulated: kubelet is posting ready status", "lastHeartbeatTime": now, "lastTransitionTime": now}
+}
+
+// patchReady sets the node's Ready condition in one strategic merge patch
+// of its status.
+func (m *Machine) patchReady(ctx context.Context, name string, cond map[string]any) error {
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []any{cond}}})
+	if err != nil {
+		return err
+	}
+	_, err = m.fleet.cfg.Kube.CoreV1().Nodes().Patch(ctx, name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+	return err
 }
 
 func (m *Machine) patchLabels(ctx context.Context, name string, labels map[string]*string) error {

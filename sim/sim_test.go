@@ -127,8 +127,13 @@ func TestFleetAgainstTheRealStack(t *testing.T) {
 					err == nil && reg.CurrentRevision == rev2 && nerr == nil && kubeharness.NodeIsReady(n),
 				mustJSON(st) + " " + mustJSON(reg) + errString(err) + " " + nodeLabelsString(n)
 		})
-		// The watch saw every update; wait for it to have caught up.
-		s.eventually("the node seen NotReady during the reboot", watch.sawNotReady)
+		// The watch saw every update; wait for it to have caught up. As a
+		// kubelet whose machine reboots within its lease: NotReady for
+		// the reboot, Ready again, and kwok (the lease) kept it meanwhile.
+		s.eventually("the node seen NotReady during the reboot", watch.sawNotReady(sim.RebootingReason))
+		if watch.sawKwokLetGo() {
+			t.Errorf("kwok let go of the node during an ordinary reboot")
+		}
 		rb := m.Reboots()
 		if len(rb) != 1 || rb[0].InstructionID != "i-1" || rb[0].From != rev1 || rb[0].Kind != "reboot" {
 			t.Errorf("reboots %+v, want one for i-1 from %s", rb, rev1)
@@ -142,6 +147,7 @@ func TestFleetAgainstTheRealStack(t *testing.T) {
 	})
 
 	t.Run("hung reboot", func(t *testing.T) {
+		watch := s.watchReady(host)
 		m.Hang(true)
 		s.requestReboot("r-2", bootapi.RebootRequested{Org: org, UUID: uuid, InstructionID: "i-2", Kind: bootapi.KindReapply,
 			Pool: pool, Revision: rev2, Reason: "sim test: reapply"})
@@ -153,6 +159,11 @@ func TestFleetAgainstTheRealStack(t *testing.T) {
 		if in, err := s.instruction(uuid, "i-2"); err != nil || in.Status != bootapi.StatusAccepted {
 			t.Errorf("while hung: %s %v", mustJSON(in), err)
 		}
+		// A machine that does not come back loses its lease: kwok lets go.
+		s.eventually("the hung machine's node NotReady without kwok", func() (bool, string) {
+			ok, seen := watch.sawNotReady("KubeletNotReady")()
+			return ok && watch.sawKwokLetGo(), seen
+		})
 		m.Hang(false)
 		s.eventually("instruction i-2 done, node Ready", func() (bool, string) {
 			in, err := s.instruction(uuid, "i-2")
@@ -208,5 +219,8 @@ func TestFleetAgainstTheRealStack(t *testing.T) {
 func TestDefaultKwokLabelMatchesTheHarness(t *testing.T) {
 	if sim.DefaultKwokLabel != kubeharness.KwokManagedLabel {
 		t.Fatalf("sim.DefaultKwokLabel %q, kubeharness.KwokManagedLabel %q", sim.DefaultKwokLabel, kubeharness.KwokManagedLabel)
+	}
+	if sim.RebootingReason != kubeharness.RebootingReason {
+		t.Fatalf("sim.RebootingReason %q, kubeharness.RebootingReason %q", sim.RebootingReason, kubeharness.RebootingReason)
 	}
 }

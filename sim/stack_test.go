@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -248,10 +249,12 @@ func (s *stack) node(name string) (*corev1.Node, error) {
 }
 
 // readyWatch records every Ready status a node is seen with, from a watch,
-// so a short NotReady spell cannot be missed by polling.
+// so a short NotReady spell cannot be missed by polling, and whether kwok
+// let go of it meanwhile.
 type readyWatch struct {
-	mu   sync.Mutex
-	seen []string
+	mu      sync.Mutex
+	seen    []string // Ready status, then "/" and the reason when False
+	kwokOff bool     // seen without the kwok label
 }
 
 func (s *stack) watchReady(name string) *readyWatch {
@@ -272,27 +275,36 @@ func (s *stack) watchReady(name string) *readyWatch {
 			for _, c := range n.Status.Conditions {
 				if c.Type == corev1.NodeReady {
 					st = string(c.Status)
+					if c.Status == corev1.ConditionFalse {
+						st += "/" + c.Reason
+					}
 				}
 			}
 			rw.mu.Lock()
 			if len(rw.seen) == 0 || rw.seen[len(rw.seen)-1] != st {
 				rw.seen = append(rw.seen, st)
 			}
+			rw.kwokOff = rw.kwokOff || n.Labels[kubeharness.KwokManagedLabel] != "true"
 			rw.mu.Unlock()
 		}
 	}()
 	return rw
 }
 
-func (rw *readyWatch) sawNotReady() (bool, string) {
+// sawNotReady: the node was seen with Ready False for reason.
+func (rw *readyWatch) sawNotReady(reason string) func() (bool, string) {
+	return func() (bool, string) {
+		rw.mu.Lock()
+		defer rw.mu.Unlock()
+		return slices.Contains(rw.seen, string(corev1.ConditionFalse)+"/"+reason), strings.Join(rw.seen, " ")
+	}
+}
+
+// sawKwokLetGo: the node was seen without the kwok label.
+func (rw *readyWatch) sawKwokLetGo() bool {
 	rw.mu.Lock()
 	defer rw.mu.Unlock()
-	for _, s := range rw.seen {
-		if s == string(corev1.ConditionFalse) {
-			return true, strings.Join(rw.seen, " ")
-		}
-	}
-	return false, strings.Join(rw.seen, " ")
+	return rw.kwokOff
 }
 
 func mustJSON(v any) string {

@@ -1,6 +1,7 @@
 package kubeharness
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -47,9 +48,43 @@ leaderElection:
 	if err != nil {
 		return "", "", err
 	}
+	stages, err = leaveRebootingNodes(stages)
+	if err != nil {
+		return "", "", err
+	}
 	kwok = filepath.Join(s.cp.Dir, "kwok.yaml")
 	if err := os.WriteFile(kwok, stages, 0o600); err != nil {
 		return "", "", err
 	}
 	return scheduler, kwok, nil
+}
+
+// initializeSelector is the selector of kwok's node-initialize stage, the
+// one that makes any node whose Ready condition is not True Ready.
+const initializeSelector = `  name: node-initialize
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Node
+  selector:
+    matchExpressions:
+    - key: '.status.conditions.[] | select( .type == "Ready" ) | .status'
+      operator: 'NotIn'
+      values:
+      - 'True'
+`
+
+// leaveRebootingNodes narrows kwok's node-initialize stage to nodes whose
+// Ready condition's reason is not RebootingReason, so that a kubelet's
+// "rebooting" report stands until the kubelet reports Ready again.
+func leaveRebootingNodes(stages []byte) ([]byte, error) {
+	if bytes.Count(stages, []byte(initializeSelector)) != 1 {
+		return nil, fmt.Errorf("kwok's default stages have no node-initialize stage selecting on the Ready status as expected (has kwok changed?)")
+	}
+	narrowed := initializeSelector + `    - key: '.status.conditions.[] | select( .type == "Ready" ) | .reason'
+      operator: 'NotIn'
+      values:
+      - '` + RebootingReason + `'
+`
+	return bytes.Replace(stages, []byte(initializeSelector), []byte(narrowed), 1), nil
 }

@@ -13,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -137,6 +138,37 @@ func TestNodeNotReadyAndBack(t *testing.T) {
 	must(t, err1(cp.WaitPDBComputed(ctx, "apps", "db")))
 
 	must(t, cp.DeleteNode(ctx, "worker-1"))
+}
+
+// A node reporting RebootingReason stays NotReady while kwok keeps it (its
+// label stays); any other NotReady report kwok answers with Ready, as
+// before. The node is Ready again once its reporter says so.
+func TestRebootingNodeLeftNotReadyByKwok(t *testing.T) {
+	t.Parallel()
+	cp := kubeharness.Start(t)
+	ctx := t.Context()
+	must(t, err1(cp.CreateNode(ctx, kubeharness.Node{Name: "rebooting"})))
+	must(t, err1(cp.CreateNode(ctx, kubeharness.Node{Name: "other"})))
+
+	setReady := func(name string, status corev1.ConditionStatus, reason string) {
+		t.Helper()
+		patch := fmt.Sprintf(`{"status":{"conditions":[{"type":"Ready","status":%q,"reason":%q,"lastHeartbeatTime":%q,"lastTransitionTime":%q}]}}`,
+			status, reason, time.Now().UTC().Format(time.RFC3339), time.Now().UTC().Format(time.RFC3339))
+		_, err := cp.Client.CoreV1().Nodes().Patch(ctx, name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status")
+		must(t, err)
+	}
+	setReady("rebooting", corev1.ConditionFalse, kubeharness.RebootingReason)
+	setReady("other", corev1.ConditionFalse, "KubeletNotReady")
+	// The first was patched first: once kwok made the second Ready again,
+	// it has had the first's update too.
+	must(t, err1(cp.WaitNodeReady(ctx, "other", true)))
+	node, err := cp.Client.CoreV1().Nodes().Get(ctx, "rebooting", metav1.GetOptions{})
+	must(t, err)
+	if kubeharness.NodeIsReady(node) || node.Labels[kubeharness.KwokManagedLabel] != "true" {
+		t.Fatalf("the rebooting node: Ready %t, kwok label %q; want NotReady and still kwok's", kubeharness.NodeIsReady(node), node.Labels[kubeharness.KwokManagedLabel])
+	}
+	setReady("rebooting", corev1.ConditionTrue, "KubeletReady")
+	must(t, err1(cp.WaitNodeReady(ctx, "rebooting", true)))
 }
 
 // Without binaries the tests fail, and say how to build them.

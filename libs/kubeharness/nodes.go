@@ -23,6 +23,14 @@ const (
 	ControlPlaneLabel = "node-role.kubernetes.io/control-plane"
 )
 
+// RebootingReason is the reason of the Ready=False condition that a
+// kubelet's stand-in (the simulator) posts as its machine goes down for a
+// reboot. kwok, as the harness runs it, leaves such a node NotReady (its
+// node-initialize stage skips it) and keeps its lease and its pods: a node
+// whose machine reboots within its lease. Whoever posted it reports Ready
+// again when the machine is back; two writes a reboot, as a kubelet's.
+const RebootingReason = "NodeRebooting"
+
 // DefaultWaitTimeout bounds the helpers' waits when ctx has no deadline. It
 // is generous because test machines are shared; it only matters on failure.
 const DefaultWaitTimeout = 2 * time.Minute
