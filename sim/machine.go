@@ -572,6 +572,14 @@ func (m *Machine) rebootDown(ctx context.Context) bool {
 		if !hung {
 			break
 		}
+		m.mu.Lock()
+		kept := m.kwokKept
+		m.mu.Unlock()
+		if kept {
+			// Hung after its Node was reported rebooting: the kubelet's
+			// lease runs out as for any machine that does not come back.
+			m.nodeDown(ctx, "rebooting")
+		}
 		m.setPhase(PhaseHung, "the reboot does not come back")
 		select {
 		case <-ctx.Done():

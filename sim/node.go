@@ -53,20 +53,20 @@ func (m *Machine) reconcileNode(ctx context.Context, bc *BootConfig) {
 	}
 	maps.Copy(labels, bc.NodeLabels)
 	if join && rebooting && maps.Equal(labels, prevApplied) {
-		err := m.kubeRetry(ctx, func() error { return m.patchReady(ctx, bc.NodeName, m.readyCondition()) })
-		if err == nil {
-			m.nodeUp(bc.NodeName, "node "+bc.NodeName+" Ready again")
-			return
-		}
-		if !apierrors.IsNotFound(err) {
+		gone, err := m.setReady(ctx, bc.NodeName)
+		if err != nil {
 			m.emit(EventError, fmt.Sprintf("node %s Ready: %v", bc.NodeName, err))
 			return
 		}
-		rebooting = false // deleted meanwhile: registered again below
+		if !gone {
+			m.nodeUp(bc.NodeName, "node "+bc.NodeName+" Ready again")
+			return
+		}
+		// Deleted meanwhile: registered again below.
 	}
 	// As a kubelet that registers: the Node of a machine that booted
 	// before is patched in one call; only a missing one is created.
-	created := false
+	var patched *corev1.Node
 	err := m.kubeRetry(ctx, func() error {
 		// Labels the simulator set on this node before and that Ignition no
 		// longer gives are removed; everything else on the node is kept.
@@ -86,8 +86,9 @@ func (m *Machine) reconcileNode(ctx context.Context, bc *BootConfig) {
 		} else {
 			patch[m.fleet.cfg.KwokLabel] = nil
 		}
-		err := m.patchLabels(ctx, bc.NodeName, patch)
+		node, err := m.patchLabels(ctx, bc.NodeName, patch)
 		if !apierrors.IsNotFound(err) {
+			patched = node
 			return err
 		}
 		create := maps.Clone(labels)
@@ -99,7 +100,6 @@ func (m *Machine) reconcileNode(ctx context.Context, bc *BootConfig) {
 			Spec:       corev1.NodeSpec{Taints: bc.Taints},
 		}
 		_, err = kube.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{})
-		created = err == nil
 		return err // AlreadyExists: raced with another writer, go round again
 	})
 	if err != nil {
@@ -108,20 +108,47 @@ func (m *Machine) reconcileNode(ctx context.Context, bc *BootConfig) {
 	}
 	m.mu.Lock()
 	m.nodeName, m.applied, m.kwokKept = bc.NodeName, labels, join
+	if !join {
+		m.rebooting = false
+	}
 	m.mu.Unlock()
 	if !join {
 		m.setNotReady(ctx, bc.NodeName, "KubeletNotReady", "simulated: the node never joins")
 		return
 	}
-	if rebooting && !created {
-		// kwok leaves a node that reports RebootingReason alone.
-		err := m.kubeRetry(ctx, func() error { return m.patchReady(ctx, bc.NodeName, m.readyCondition()) })
-		if err != nil && !apierrors.IsNotFound(err) {
+	if patched != nil && readyReason(patched) == RebootingReason {
+		// kwok leaves a node that reports RebootingReason alone: this one
+		// rebooted with other labels, or before this simulator started.
+		if _, err := m.setReady(ctx, bc.NodeName); err != nil {
 			m.emit(EventError, fmt.Sprintf("node %s Ready: %v", bc.NodeName, err))
 			return
 		}
 	}
 	m.nodeUp(bc.NodeName, "node "+bc.NodeName+" handed to kwok")
+}
+
+// readyReason is the reason of the node's Ready condition.
+func readyReason(n *corev1.Node) string {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Reason
+		}
+	}
+	return ""
+}
+
+// setReady reports the node Ready, as a kubelet that is back; gone if
+// there is no such node (not retried: a missing node is registered anew).
+func (m *Machine) setReady(ctx context.Context, name string) (gone bool, err error) {
+	err = m.kubeRetry(ctx, func() error {
+		err := m.patchReady(ctx, name, m.readyCondition())
+		if apierrors.IsNotFound(err) {
+			gone = true
+			return nil
+		}
+		return err
+	})
+	return gone, err
 }
 
 // nodeUp records the Node Ready (as the simulator made or left it).
@@ -179,7 +206,7 @@ func (m *Machine) nodeDown(ctx context.Context, why string) {
 // renewals, no more pod handling. False if that failed (reported).
 func (m *Machine) releaseNode(ctx context.Context, name string) bool {
 	err := m.kubeRetry(ctx, func() error {
-		err := m.patchLabels(ctx, name, map[string]*string{m.fleet.cfg.KwokLabel: nil})
+		_, err := m.patchLabels(ctx, name, map[string]*string{m.fleet.cfg.KwokLabel: nil})
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
@@ -242,13 +269,12 @@ func (m *Machine) patchReady(ctx context.Context, name string, cond map[string]a
 	return err
 }
 
-func (m *Machine) patchLabels(ctx context.Context, name string, labels map[string]*string) error {
+func (m *Machine) patchLabels(ctx context.Context, name string, labels map[string]*string) (*corev1.Node, error) {
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": labels}})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	_, err = m.fleet.cfg.Kube.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
-	return err
+	return m.fleet.cfg.Kube.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{})
 }
 
 // kubeRetry runs op until it succeeds, ctx ends, or kubeAttempts failed.

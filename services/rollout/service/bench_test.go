@@ -152,7 +152,7 @@ func benchRollout(b *testing.B, full int) {
 		appendsBefore := rolloutAppends(b)
 		kubeBefore, commandsBefore, waitsBefore := rolloutKubeCalls(b), commandCalls(b), instructionWaits(b)
 		cpuBefore := s.sampleCPU(b)
-		stopProfile := s.profileRollout(b)
+		stopProfile := s.profileRollout(b, i+1)
 		rev := s.apply(org, pool, poolSpec(fmt.Sprint(i+2), strat))
 		stop := s.progress(org, pool, uint64(rev))
 		r := s.waitRollout(org, pool, uint64(rev), within, api.StatusSucceeded)
@@ -411,8 +411,9 @@ const envRolloutProfile = "ANVIL_BENCH_ROLLOUT_PROFILE"
 
 // apiServerProfileSeconds is the length of each of the API server's CPU
 // profiles: it profiles for a fixed time, so the rollout is covered by
-// profiles one after the other, which pprof reads together.
-const apiServerProfileSeconds = 10
+// profiles one after the other, which pprof reads together (the last,
+// cut off by the rollout's end, is lost).
+const apiServerProfileSeconds = 5
 
 // profileKubeOptions turns the API server's profiling on when
 // envRolloutProfile asks for profiles.
@@ -420,17 +421,18 @@ func profileKubeOptions() []kubeharness.Option {
 	if os.Getenv(envRolloutProfile) == "" {
 		return nil
 	}
+	// WithArgs's flags come after the harness's --profiling=false: they win.
 	return []kubeharness.Option{kubeharness.WithArgs(kubeharness.KubeAPIServer, "--profiling=true")}
 }
 
 // profileRollout starts the rollout's CPU profiles if envRolloutProfile
-// asks for them, and returns what stops them.
-func (s *stack) profileRollout(b *testing.B) (stop func()) {
+// asks for them, and returns what stops them. iteration names the files.
+func (s *stack) profileRollout(b *testing.B, iteration int) (stop func()) {
 	dir := os.Getenv(envRolloutProfile)
 	if dir == "" {
 		return func() {}
 	}
-	f, err := os.Create(filepath.Join(dir, "rollout-cpu.pprof"))
+	f, err := os.Create(filepath.Join(dir, fmt.Sprintf("rollout-cpu-%d.pprof", iteration)))
 	must(b, err)
 	if err := pprof.StartCPUProfile(f); err != nil {
 		_ = f.Close()
@@ -438,34 +440,48 @@ func (s *stack) profileRollout(b *testing.B) (stop func()) {
 		return func() {}
 	}
 	ctx, cancel := context.WithCancel(s.ctx)
-	done := make(chan []string)
-	go func() { done <- s.profileAPIServer(ctx, b, dir) }()
+	b.Cleanup(cancel) // if the rollout fails before stop
+	type result struct {
+		files []string
+		err   error
+	}
+	done := make(chan result, 1)
+	go func() {
+		files, err := s.profileAPIServer(ctx, filepath.Join(dir, fmt.Sprintf("apiserver-cpu-%d", iteration)))
+		done <- result{files, err}
+	}()
 	return func() {
 		pprof.StopCPUProfile()
 		must(b, f.Close())
 		cancel()
-		files := <-done
-		b.Logf("the rollout's CPU profile: %s; the API server's: %s (go tool pprof -top reads them together)", f.Name(), strings.Join(files, " "))
+		r := <-done
+		if r.err != nil {
+			b.Logf("the API server's CPU profile: %v", r.err)
+		}
+		b.Logf("the rollout's CPU profile: %s; the API server's: %s (go tool pprof -top reads them together)", f.Name(), strings.Join(r.files, " "))
 	}
 }
 
 // profileAPIServer writes the API server's CPU profiles, one after the
-// other, until ctx ends; the one cut off by the end is not written.
-func (s *stack) profileAPIServer(ctx context.Context, b *testing.B, dir string) (files []string) {
+// other, to prefix-NNN.pprof until ctx ends; the one cut off by the end is
+// not written.
+func (s *stack) profileAPIServer(ctx context.Context, prefix string) (files []string, err error) {
 	for i := 1; ctx.Err() == nil; i++ {
 		raw, err := s.cp.Client.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").
 			Param("seconds", fmt.Sprint(apiServerProfileSeconds)).DoRaw(ctx)
 		if err != nil {
-			if ctx.Err() == nil {
-				b.Logf("the API server's CPU profile: %v", err)
+			if ctx.Err() != nil {
+				return files, nil
 			}
-			return files
+			return files, err
 		}
-		name := filepath.Join(dir, fmt.Sprintf("apiserver-cpu-%03d.pprof", i))
-		must(b, os.WriteFile(name, raw, 0o644))
+		name := fmt.Sprintf("%s-%03d.pprof", prefix, i)
+		if err := os.WriteFile(name, raw, 0o644); err != nil {
+			return files, err
+		}
 		files = append(files, name)
 	}
-	return files
+	return files, nil
 }
 
 // appendStats are the event store's own counts of the appends to rollouts
