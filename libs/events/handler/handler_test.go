@@ -286,7 +286,11 @@ func TestHandlerInParallelKeepsEachKeysOrder(t *testing.T) {
 		running, mostAtOnce int
 		handled             int
 	)
-	secondStarted := make(chan struct{})
+	// Events 0 and 1 (two keys) each wait until the other has started,
+	// whichever the router hands over first: they can only both finish if
+	// they were handled at once.
+	started := [2]chan struct{}{make(chan struct{}), make(chan struct{})}
+	var startOnce [2]sync.Once
 	startRouter(t, env, func(r *handler.Router) {
 		r.Handle("in-parallel", events.Filter{AggregateType: "rollout"}, func(ctx context.Context, env *events.Envelope, p any) error {
 			n := p.(pinged).N
@@ -299,15 +303,13 @@ func TestHandlerInParallelKeepsEachKeysOrder(t *testing.T) {
 			mostAtOnce = max(mostAtOnce, running)
 			order[k] = append(order[k], n)
 			mu.Unlock()
-			switch n {
-			case 0:
+			if n < 2 {
+				startOnce[n].Do(func() { close(started[n]) })
 				select {
-				case <-secondStarted:
+				case <-started[1-n]:
 				case <-time.After(30 * time.Second):
-					t.Error("the second event did not start while the first was being handled")
+					t.Errorf("event %d did not start while event %d was being handled", 1-n, n)
 				}
-			case 1:
-				close(secondStarted)
 			}
 			mu.Lock()
 			active[k]--
