@@ -76,7 +76,8 @@ spec:
 
 // leaveRebootingNodes narrows kwok's node-initialize stage to nodes whose
 // Ready condition's reason is not RebootingReason, so that a kubelet's
-// "rebooting" report stands until the kubelet reports Ready again.
+// "rebooting" report stands until the kubelet reports Ready again, and adds
+// a stage for such nodes that does nothing.
 func leaveRebootingNodes(stages []byte) ([]byte, error) {
 	if bytes.Count(stages, []byte(initializeSelector)) != 1 {
 		return nil, fmt.Errorf("kwok's default stages have no node-initialize stage selecting on the Ready status as expected (has kwok changed?)")
@@ -86,5 +87,32 @@ func leaveRebootingNodes(stages []byte) ([]byte, error) {
       values:
       - '` + RebootingReason + `'
 `
-	return bytes.Replace(stages, []byte(initializeSelector), []byte(narrowed), 1), nil
+	stages = bytes.Replace(stages, []byte(initializeSelector), []byte(narrowed), 1)
+	// kwok replaces a node's queued job only when the node matches another
+	// stage: without this one, the heartbeat queued while the node was Ready
+	// (10 to 20 minutes later) would still run during the reboot and replay
+	// the node's Ready condition. This stage does nothing, a day later.
+	rebooting := `---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: node-rebooting
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Node
+  selector:
+    matchExpressions:
+    - key: '.status.conditions.[] | select( .type == "Ready" ) | .reason'
+      operator: 'In'
+      values:
+      - '` + RebootingReason + `'
+  delay:
+    durationMilliseconds: 86400000
+  next: {}
+`
+	if !bytes.HasSuffix(stages, []byte("\n")) {
+		stages = append(stages, '\n')
+	}
+	return append(stages, rebooting...), nil
 }
