@@ -172,6 +172,10 @@ func writeFile(t *testing.T, name, content string) string {
 
 const uuid = "4c4c4544-0035-4b10-8056-c7c04f4e0001"
 
+// fleet's kubeconfig names a port nothing listens on, so that its rollouts
+// fail their cluster_reachable check at once, whatever the machine's DNS
+// does with a name that does not resolve (a lookup that hung took a
+// retried rollout's checks past a test's wait).
 const fleet = `kind: Cluster
 name: prod
 api_endpoint: https://api.prod.example:6443
@@ -181,7 +185,7 @@ kubeconfig: |
   kind: Config
   clusters:
   - name: prod
-    cluster: {server: 'https://api.prod.example:6443'}
+    cluster: {server: 'https://127.0.0.1:1'}
   users:
   - name: drain
     user: {token: t0k3n}

@@ -2,6 +2,7 @@ package adapters
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/version"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
@@ -138,10 +140,17 @@ func kubeErr(what string, err error) error {
 	return errs.Unavailable("%s: %v", what, err)
 }
 
+// ServerVersion reads /version under ctx (client-go's ServerVersion takes
+// none, so a driver stopped or a rollout aborted during the read would wait
+// out the client's 30 s timeout).
 func (c *cluster) ServerVersion(ctx context.Context) (string, error) {
-	v, err := c.cs.Discovery().ServerVersion()
+	raw, err := c.cs.Discovery().RESTClient().Get().AbsPath("/version").Do(ctx).Raw()
 	if err != nil {
 		return "", kubeErr("reading the API server's version", err)
+	}
+	var v version.Info
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return "", errs.Unavailable("reading the API server's version: %v", err)
 	}
 	s := strings.TrimPrefix(v.GitVersion, "v")
 	if i := strings.IndexAny(s, "-+"); i > 0 {

@@ -1,7 +1,9 @@
 package adapters
 
 import (
+	"context"
 	"log/slog"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -45,5 +47,18 @@ func TestDeleteNodeOfBoot(t *testing.T) {
 	}
 	if deleted, err := cl.DeleteNodeOfBoot(ctx, "missing", "boot-1"); err != nil || deleted {
 		t.Fatalf("a missing Node: deleted %v, err %v", deleted, err)
+	}
+
+	// The version the checks judge: major.minor.patch, read under the
+	// caller's context.
+	want, err := cp.Client.Discovery().ServerVersion()
+	must(t, err)
+	if v, err := cl.ServerVersion(ctx); err != nil || v == "" || !strings.HasPrefix(want.GitVersion, "v"+v) || strings.ContainsAny(v, "-+v") {
+		t.Fatalf("ServerVersion: %q, %v (the server says %s)", v, err, want.GitVersion)
+	}
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+	if v, err := cl.ServerVersion(ended); err == nil || !strings.Contains(err.Error(), context.Canceled.Error()) {
+		t.Fatalf("ServerVersion under an ended context: %q, %v", v, err)
 	}
 }
