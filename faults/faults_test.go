@@ -277,10 +277,11 @@ func nodePartitioned(s *stack, figures map[string]string) {
 	// the registry and the rollout service (their read models live in
 	// memory and are replayed from sequence 1 at start), then read again.
 	var live string
+	var liveDoc []byte
 	var head uint64
 	s.retry("read the projections", time.Minute, func() error {
 		var err error
-		live, head, err = s.viewsHash()
+		live, liveDoc, head, err = s.views()
 		return err
 	})
 	s.c.restartServices("registry", "rollout")
@@ -289,11 +290,16 @@ func nodePartitioned(s *stack, figures map[string]string) {
 	var head2 uint64
 	s.eventually("the rebuilt projections equal the live ones", time.Minute, func() (bool, string) {
 		var err error
-		rebuilt, head2, err = s.viewsHash()
+		var rebuiltDoc []byte
+		rebuilt, rebuiltDoc, head2, err = s.views()
 		if err != nil {
 			return false, err.Error()
 		}
-		return rebuilt == live && head2 == head, fmt.Sprintf("live %s at %d, rebuilt %s at %d", live, head, rebuilt, head2)
+		if rebuilt == live && head2 == head {
+			return true, ""
+		}
+		// What differs, live then rebuilt: the hashes alone do not say.
+		return false, fmt.Sprintf("live %s at %d, rebuilt %s at %d; where they differ:\n%s", live, head, rebuilt, head2, viewsDiff(liveDoc, rebuiltDoc, 20))
 	})
 	s.t.Logf("projections: live %s = rebuilt %s at sequence %d", live, rebuilt, head)
 	figures["partition"] = fmt.Sprintf("cut %s off for 30s; first probe append %.1fs after the cut (%d failed attempts in all); replicas %v; projections %s; rollout %s took %s",

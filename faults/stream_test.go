@@ -413,15 +413,22 @@ func (s *stack) clientNames() map[string][]string {
 // equal. Last-seen times come from heartbeats, not from the log, and are
 // left out.
 func (s *stack) viewsHash() (hash string, head uint64, err error) {
+	hash, _, head, err = s.views()
+	return hash, head, err
+}
+
+// views is viewsHash with the JSON that was hashed, for a diff when two
+// hashes differ.
+func (s *stack) views() (hash string, doc []byte, head uint64, err error) {
 	h0, err := s.head()
 	if err != nil {
-		return "", 0, err
+		return "", nil, 0, err
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
 	defer cancel()
 	list, err := s.ro.List(ctx, api.ListRequest{Org: org, Limit: 500})
 	if err != nil {
-		return "", 0, err
+		return "", nil, 0, err
 	}
 	type rolloutView struct {
 		Rollout api.Rollout
@@ -431,17 +438,17 @@ func (s *stack) viewsHash() (hash string, head uint64, err error) {
 	for _, item := range list.Items {
 		r, err := s.ro.Get(ctx, api.GetRequest{Org: org, ID: item.ID})
 		if err != nil {
-			return "", 0, err
+			return "", nil, 0, err
 		}
 		lines, err := s.rolloutLog(item.ID)
 		if err != nil {
-			return "", 0, err
+			return "", nil, 0, err
 		}
 		views = append(views, rolloutView{r, lines})
 	}
 	page, err := s.reg.ListMachines(ctx, regapi.MachineList{Org: org, Limit: 500})
 	if err != nil {
-		return "", 0, err
+		return "", nil, 0, err
 	}
 	ms := page.Items
 	for i := range ms {
@@ -452,17 +459,17 @@ func (s *stack) viewsHash() (hash string, head uint64, err error) {
 		Machines []regapi.Machine
 	}{views, ms})
 	if err != nil {
-		return "", 0, err
+		return "", nil, 0, err
 	}
 	h1, err := s.head()
 	if err != nil {
-		return "", 0, err
+		return "", nil, 0, err
 	}
 	if h0 != h1 {
-		return "", 0, fmt.Errorf("the log moved from %d to %d while reading", h0, h1)
+		return "", nil, 0, fmt.Errorf("the log moved from %d to %d while reading", h0, h1)
 	}
 	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])[:16], h1, nil
+	return hex.EncodeToString(sum[:])[:16], b, h1, nil
 }
 
 func (s *stack) head() (uint64, error) {
@@ -490,4 +497,69 @@ func (s *stack) readStreamRetry() []storedMsg {
 		return err
 	})
 	return msgs
+}
+
+// viewsDiff names where two documents of views differ (a path and both
+// values, at most limit of them), so that a failed comparison says what
+// diverged instead of two hashes.
+func viewsDiff(a, b []byte, limit int) string {
+	var va, vb any
+	if err := json.Unmarshal(a, &va); err != nil {
+		return "the first document does not decode: " + err.Error()
+	}
+	if err := json.Unmarshal(b, &vb); err != nil {
+		return "the second document does not decode: " + err.Error()
+	}
+	var out []string
+	var walk func(path string, x, y any)
+	walk = func(path string, x, y any) {
+		if len(out) >= limit {
+			return
+		}
+		switch xv := x.(type) {
+		case map[string]any:
+			if yv, ok := y.(map[string]any); ok {
+				keys := map[string]bool{}
+				for k := range xv {
+					keys[k] = true
+				}
+				for k := range yv {
+					keys[k] = true
+				}
+				sorted := make([]string, 0, len(keys))
+				for k := range keys {
+					sorted = append(sorted, k)
+				}
+				sort.Strings(sorted)
+				for _, k := range sorted {
+					walk(path+"."+k, xv[k], yv[k])
+				}
+				return
+			}
+		case []any:
+			if yv, ok := y.([]any); ok && len(xv) == len(yv) {
+				for i := range xv {
+					walk(fmt.Sprintf("%s[%d]", path, i), xv[i], yv[i])
+				}
+				return
+			}
+		}
+		xj, _ := json.Marshal(x)
+		yj, _ := json.Marshal(y)
+		if string(xj) != string(yj) {
+			out = append(out, fmt.Sprintf("%s: %s, then %s", path, clipJSON(xj), clipJSON(yj)))
+		}
+	}
+	walk("", va, vb)
+	if len(out) == 0 {
+		return "no difference"
+	}
+	return strings.Join(out, "\n")
+}
+
+func clipJSON(b []byte) string {
+	if len(b) > 300 {
+		return string(b[:300]) + "…"
+	}
+	return string(b)
 }
