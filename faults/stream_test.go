@@ -410,8 +410,8 @@ func (s *stack) clientNames() map[string][]string {
 // rollout with its machines and log from the rollout service, every machine
 // from the registry) and hashes them, with the stream's head before and
 // after; the hash describes the log up to that head only when the two are
-// equal. Last-seen times come from heartbeats, not from the log, and are
-// left out.
+// equal. Last-seen times (from heartbeats) and last iPXE boots (from the
+// boot service's reports) do not come from the log, and are left out.
 func (s *stack) viewsHash() (hash string, head uint64, err error) {
 	hash, _, head, err = s.views()
 	return hash, head, err
@@ -452,7 +452,12 @@ func (s *stack) views() (hash string, doc []byte, head uint64, err error) {
 	}
 	ms := page.Items
 	for i := range ms {
-		ms[i].LastSeen = time.Time{}
+		// Not from the log: the last heartbeat, and the last iPXE boot
+		// (kept in a KV bucket; the log holds one at most every
+		// --ipxe-record-interval), which the boot service reports up to
+		// its --ipxe-report-interval after the boot, so a later read may
+		// show a newer one at the same head.
+		ms[i].LastSeen, ms[i].LastIPXEBootAt, ms[i].IPXERetryBy = time.Time{}, time.Time{}, time.Time{}
 	}
 	b, err := json.Marshal(struct {
 		Rollouts []rolloutView
