@@ -89,8 +89,9 @@ func (s *JetStreamStore) appendChained(op *appendOp) {
 				}
 				break // the rest expected this one: the next burst starts here
 			}
-			if op.settle(ack, err); op.err != nil {
-				break
+			stored := op.stored
+			if op.settle(ack, err); op.err != nil || op.stored == stored {
+				break // ended, or the event goes again: the next burst starts with it
 			}
 		}
 	}

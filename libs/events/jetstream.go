@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -14,6 +15,9 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/anvil-fleet/anvil/libs/events/clock"
+	"github.com/anvil-fleet/anvil/libs/events/errs"
 )
 
 // HeaderEventType duplicates the envelope's type in a header so that replays
@@ -182,6 +186,9 @@ type appendOp struct {
 	envs     []Envelope
 	stored   int // envs[:stored] are in the log
 	err      error
+	// inFlight counts the next event's refusals while another message to
+	// its subject was in flight (inFlightRefusal).
+	inFlight int
 }
 
 // spanAttributes are the buffers end gives a span its attributes in.
@@ -247,6 +254,17 @@ func (op *appendOp) settle(ack *jetstream.PubAck, err error) {
 		}
 		op.bound.appended.Inc()
 		op.stored++
+		op.inFlight = 0
+	case inFlightRefusal(err) && op.inFlight < maxInFlightRefusals:
+		// No answer on the version yet: the same event goes again once
+		// the message in flight is applied (a replication round, about a
+		// millisecond), and then the answer is stored or a mismatch that
+		// names the version.
+		op.inFlight++
+		appendInFlightRetries.Inc()
+		if err := clock.Sleep(op.ctx, time.Millisecond<<(op.inFlight-1)); err != nil {
+			op.err = fmt.Errorf("events: appending %s to %s: %w", env.Type, op.ref, err)
+		}
 	case !wrongLastSequence(err):
 		op.err = fmt.Errorf("events: appending %s to %s: %w", env.Type, op.ref, err)
 	default:
@@ -264,12 +282,33 @@ func (op *appendOp) settle(ack *jetstream.PubAck, err error) {
 		case found:
 			env.Sequence, op.expected = seq, seq
 			op.stored++
+			op.inFlight = 0
 		default:
 			appendConflicts.Inc()
 			op.err = &ConflictError{Ref: op.ref, Expected: op.expected, Actual: op.s.lastSeq(op.ctx, op.subject)}
 		}
 	}
 }
+
+// inFlightRefusal is a clustered stream's refusal of an expected version
+// while another message to the same subject is being replicated: the
+// leader checks no expectation on a subject with a message in flight and
+// answers "wrong last sequence" without a sequence (nats-server's
+// expected-per-subject guard). It also answers so for a moment after it
+// acknowledged that message, before it cleared the guard: a writer that
+// appends again as soon as its last append is acknowledged meets it (half
+// the runs of a test's 500 appends one after the other, on a loaded
+// machine). That refusal says nothing about the version yet.
+func inFlightRefusal(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+}
+
+// maxInFlightRefusals bounds the retries of one event refused while a
+// message to its subject was in flight (1+2+…+64 ms of waiting); a
+// subject that stays busy longer is written by others all the time, and
+// the refusal is settled as a mismatch.
+const maxInFlightRefusals = 7
 
 func wrongLastSequence(err error) bool {
 	var apiErr *jetstream.APIError
@@ -382,6 +421,19 @@ func (s *JetStreamStore) Replay(ctx context.Context, f Filter, from, to Position
 // whose reader stopped pulling.
 const replayInactiveThreshold = 10 * time.Second
 
+// A replay's consumer lives on one server (the stream leader, mostly):
+// when that server goes away, the client notices by missed heartbeats
+// (two of them) and makes the consumer again on another one. Short
+// heartbeats make that seconds instead of the client's default 30.
+const replayHeartbeat = 2 * time.Second
+
+// replayIdleLimit ends a replay that has delivered nothing for this long
+// while messages were pending: more than the heartbeats' detection and a
+// new consumer take, so only a read that cannot go on (no server can make
+// its consumer again) ends there. Every reader retries a failed replay;
+// none can wait on a stuck one forever.
+const replayIdleLimit = 30 * time.Second
+
 // readOrdered runs an ordered consumer until it has delivered everything
 // that was in the stream when it started, or visit says stop.
 func (s *JetStreamStore) readOrdered(ctx context.Context, cfg jetstream.OrderedConsumerConfig,
@@ -402,25 +454,46 @@ func (s *JetStreamStore) readOrdered(ctx context.Context, cfg jetstream.OrderedC
 			cancel()
 		}
 	}()
-	info, err := cons.Info(ctx)
-	if err != nil {
+	// The ordered consumer's Info, unlike nats.go's other JetStream calls
+	// (v1.55.0), does not bound a context without a deadline: asked just
+	// as the consumer's server stopped, it waited for an answer forever,
+	// and so would a rollout's driver reading its log.
+	ictx, cancel := s.bounded(ctx)
+	info, err := cons.Info(ictx)
+	cancel()
+	switch {
+	case err != nil && ctx.Err() != nil:
 		return fmt.Errorf("events: replay consumer info: %w", err)
+	case err != nil:
+		return errs.Unavailable("events: replay consumer info: %v", err)
 	}
 	if info.NumPending == 0 {
 		return nil
 	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(4096))
+	it, err := cons.Messages(jetstream.PullMaxMessages(4096), jetstream.PullHeartbeat(replayHeartbeat))
 	if err != nil {
 		return fmt.Errorf("events: replay: %w", err)
 	}
 	defer it.Stop()
 	stopOnCancel := context.AfterFunc(ctx, it.Stop)
 	defer stopOnCancel()
+	// Next does not end while the client makes the consumer again, which
+	// it tries for as long as it is not stopped: stopping it is the bound.
+	// Only the waits in Next count, not the time visit takes.
+	var stalled atomic.Bool
+	idle := time.AfterFunc(replayIdleLimit, func() { stalled.Store(true); it.Stop() })
+	defer idle.Stop()
+	pending := info.NumPending
 	for {
+		idle.Reset(replayIdleLimit)
 		m, err := it.Next()
+		idle.Stop()
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
+			}
+			if stalled.Load() {
+				return errs.Unavailable("events: replay: nothing delivered for %s with %d events still to read (the stream's servers cannot serve the read)", replayIdleLimit, pending)
 			}
 			return fmt.Errorf("events: replay: %w", err)
 		}
@@ -428,11 +501,21 @@ func (s *JetStreamStore) readOrdered(ctx context.Context, cfg jetstream.OrderedC
 		if err != nil {
 			return err
 		}
+		pending = meta.NumPending
 		stop, err := visit(m, meta)
 		if err != nil || stop || meta.NumPending == 0 {
 			return err
 		}
 	}
+}
+
+// bounded is ctx with the JetStream context's default timeout when it has
+// no deadline, as nats.go bounds its own calls.
+func (s *JetStreamStore) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, s.js.Options().DefaultTimeout)
 }
 
 func (s *JetStreamStore) Head(ctx context.Context) (uint64, error) {

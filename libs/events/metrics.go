@@ -22,6 +22,10 @@ var (
 		Name: "anvil_events_append_conflicts_total",
 		Help: "Appends refused because the aggregate moved on (optimistic concurrency).",
 	})
+	appendInFlightRetries = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "anvil_events_append_in_flight_retries_total",
+		Help: "Events sent again because a clustered stream refused their expected version while another message to the same aggregate was being replicated (a refusal that names no version).",
+	})
 	appendChainBreaks = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "anvil_events_append_chain_breaks_total",
 		Help: "Chained appends (several events sent without waiting) whose chain broke: an event was refused because another message landed before it, and it and the rest were sent again.",
