@@ -174,6 +174,13 @@ func (s *stack) waitJetStream() {
 // waiting, not an assertion on how long anything takes).
 func (s *stack) eventually(what string, d time.Duration, cond func() (bool, string)) {
 	s.t.Helper()
+	s.eventuallyOr(what, d, cond, nil)
+}
+
+// eventuallyOr is eventually, telling more when cond does not hold in
+// time: explain's account of the system (nil: nothing more).
+func (s *stack) eventuallyOr(what string, d time.Duration, cond func() (bool, string), explain func() string) {
+	s.t.Helper()
 	deadline := time.Now().Add(d)
 	last := ""
 	for {
@@ -183,7 +190,11 @@ func (s *stack) eventually(what string, d time.Duration, cond func() (bool, stri
 		}
 		last = state
 		if time.Now().After(deadline) {
-			s.t.Fatalf("%s: not within %s; last state: %s", what, d, last)
+			more := ""
+			if explain != nil {
+				more = "\n" + explain()
+			}
+			s.t.Fatalf("%s: not within %s; last state: %s%s", what, d, last, more)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -423,7 +434,7 @@ func (s *stack) waitProgress(revision uint64, done int) api.Rollout {
 func (s *stack) waitRollout(revision uint64, d time.Duration) api.Rollout {
 	s.t.Helper()
 	var id string
-	s.eventually(fmt.Sprintf("rollout to revision %d succeeded", revision), d, func() (bool, string) {
+	s.eventuallyOr(fmt.Sprintf("rollout to revision %d succeeded", revision), d, func() (bool, string) {
 		r, err := s.findRollout(revision)
 		if err != nil {
 			return false, err.Error()
@@ -433,7 +444,7 @@ func (s *stack) waitRollout(revision uint64, d time.Duration) api.Rollout {
 			s.t.Fatalf("rollout %s %s: %s", r.ID, r.Status, r.Reason)
 		}
 		return r.Status == api.StatusSucceeded && !r.Aborting, fmt.Sprintf("%s %s (%s) %s", r.ID, r.Status, r.Progress, r.Reason)
-	})
+	}, func() string { return s.stuckRollout(id, revision) })
 	var r api.Rollout
 	s.retry("read rollout "+id, 30*time.Second, func() error {
 		var err error
@@ -441,6 +452,35 @@ func (s *stack) waitRollout(revision uint64, d time.Duration) api.Rollout {
 		return err
 	})
 	return r
+}
+
+// stuckRollout tells where a rollout that did not finish stands: the end
+// of its log (what its driver last decided) and the machines that are not
+// ready at its revision in the registry, with their status.
+func (s *stack) stuckRollout(id string, revision uint64) string {
+	var b strings.Builder
+	if id != "" {
+		if lines, err := s.rolloutLog(id); err != nil {
+			fmt.Fprintf(&b, "reading the log of %s: %v\n", id, err)
+		} else {
+			fmt.Fprintf(&b, "the last %d of the %d entries in the log of %s:\n", min(len(lines), 30), len(lines), id)
+			for _, l := range lines[max(len(lines)-30, 0):] {
+				fmt.Fprintf(&b, "  %s\n", l)
+			}
+		}
+	}
+	ms, err := s.machines()
+	if err != nil {
+		fmt.Fprintf(&b, "listing the machines: %v", err)
+		return b.String()
+	}
+	for _, m := range ms {
+		if m.Status != regapi.StatusReady || m.CurrentRevision != revision {
+			fmt.Fprintf(&b, "machine %s (%s): %s, %s, booted revision %d of target %d\n",
+				m.Hostname, m.UUID, m.Status, m.Connectivity, m.CurrentRevision, m.TargetRevision)
+		}
+	}
+	return b.String()
 }
 
 // rolloutLog reads a rollout's whole log.
