@@ -432,7 +432,7 @@ const replayHeartbeat = 2 * time.Second
 // new consumer take, so only a read that cannot go on (no server can make
 // its consumer again) ends there. Every reader retries a failed replay;
 // none can wait on a stuck one forever.
-const replayIdleLimit = 30 * time.Second
+var replayIdleLimit = 30 * time.Second // a variable for a test
 
 // readOrdered runs an ordered consumer until it has delivered everything
 // that was in the stream when it started, or visit says stop.

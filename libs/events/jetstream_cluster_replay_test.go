@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/anvil-fleet/anvil/libs/events"
+	"github.com/anvil-fleet/anvil/libs/events/errs"
 	"github.com/anvil-fleet/anvil/libs/events/eventstest"
 )
 
@@ -227,5 +228,58 @@ func TestHelperBusyCore(t *testing.T) {
 	for !done.Load() {
 		for i := 0; i < 1e6; i++ {
 		}
+	}
+}
+
+// TestReplayFailsWhenItsServerIsGone stops the only server while a replay
+// still has events to read, with the client's connection left trying to
+// reconnect: the replay ends as unavailable once it has delivered nothing
+// for the idle limit, where it waited as long as the client kept trying
+// (two minutes by default).
+func TestReplayFailsWhenItsServerIsGone(t *testing.T) {
+	defer events.SetReplayIdleLimit(2 * time.Second)()
+	env := eventstest.Start(t, testRegistry())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// More events than a replay's client holds ahead (4,096), so that it
+	// must ask the server for more after the server is gone.
+	const n = 10000
+	batch := make([]events.AppendRequest, 0, n)
+	for i := range n {
+		batch = append(batch, events.AppendRequest{Ref: events.AggregateRef{Org: "acme", Type: "machine", ID: fmt.Sprintf("m%d", i%100)},
+			Expected: events.Any, Drafts: []events.Draft{{ID: fmt.Sprintf("e%05d", i), Payload: counted{N: i}}}})
+	}
+	for _, r := range env.Store.AppendMany(ctx, batch) {
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	first := make(chan struct{})
+	gone := make(chan struct{})
+	ended := make(chan error, 1)
+	var read atomic.Int64
+	go func() {
+		ended <- env.Store.Replay(context.Background(), events.Filter{Org: "acme"}, events.Position{}, events.Position{}, func(*events.Envelope) error {
+			if read.Add(1) == 1 {
+				close(first)
+				<-gone
+			}
+			return nil
+		})
+	}()
+	<-first
+	env.Server.Shutdown() // the connection stays, reconnecting
+	close(gone)
+	select {
+	case err := <-ended:
+		if !errs.Is(err, errs.KindUnavailable) {
+			t.Fatalf("the replay ended with %v after %d events, want an unavailable error", err, read.Load())
+		}
+		if read.Load() >= n {
+			t.Fatalf("the replay read all %d events from a server that was gone", read.Load())
+		}
+		t.Logf("after %d of %d events: %v", read.Load(), n, err)
+	case <-ctx.Done():
+		t.Fatalf("the replay had not ended a minute after its server was gone (%d events read)", read.Load())
 	}
 }
