@@ -258,8 +258,8 @@ func (op *appendOp) settle(ack *jetstream.PubAck, err error) {
 	case inFlightRefusal(err) && op.inFlight < maxInFlightRefusals:
 		// No answer on the version yet: the same event goes again once
 		// the message in flight is applied (a replication round, about a
-		// millisecond), and then the answer is stored or a mismatch that
-		// names the version.
+		// millisecond when the machine is not loaded), and then the
+		// answer is stored or a mismatch that names the version.
 		op.inFlight++
 		appendInFlightRetries.Inc()
 		if err := clock.Sleep(op.ctx, time.Millisecond<<(op.inFlight-1)); err != nil {
@@ -284,8 +284,16 @@ func (op *appendOp) settle(ack *jetstream.PubAck, err error) {
 			op.stored++
 			op.inFlight = 0
 		default:
+			actual := op.s.lastSeq(op.ctx, op.subject)
+			if inFlightRefusal(err) && actual == op.expected {
+				// Refused all along with the aggregate where it was
+				// expected: no race was lost, the same events go again.
+				op.err = errs.Unavailable("events: appending %s to %s: the stream refused version %d, which is current, "+
+					"%d times while another message to it was in flight", env.Type, op.ref, op.expected, op.inFlight+1)
+				break
+			}
 			appendConflicts.Inc()
-			op.err = &ConflictError{Ref: op.ref, Expected: op.expected, Actual: op.s.lastSeq(op.ctx, op.subject)}
+			op.err = &ConflictError{Ref: op.ref, Expected: op.expected, Actual: actual}
 		}
 	}
 }
@@ -305,10 +313,11 @@ func inFlightRefusal(err error) bool {
 }
 
 // maxInFlightRefusals bounds the retries of one event refused while a
-// message to its subject was in flight (1+2+…+64 ms of waiting); a
-// subject that stays busy longer is written by others all the time, and
-// the refusal is settled as a mismatch.
-const maxInFlightRefusals = 7
+// message to its subject was in flight: 1+2+…+512 ms of waiting, about a
+// second, for a replication round on a loaded machine. A subject still
+// busy then is settled as any mismatch: stored by an earlier attempt, a
+// lost race, or, when the aggregate has not moved, unavailable.
+const maxInFlightRefusals = 10
 
 func wrongLastSequence(err error) bool {
 	var apiErr *jetstream.APIError
@@ -431,8 +440,14 @@ const replayHeartbeat = 2 * time.Second
 // while messages were pending: more than the heartbeats' detection and a
 // new consumer take, so only a read that cannot go on (no server can make
 // its consumer again) ends there. Every reader retries a failed replay;
-// none can wait on a stuck one forever.
-var replayIdleLimit = 30 * time.Second // a variable for a test
+// none can wait on a stuck one forever. Stopping a read waits for an
+// attempt to make the consumer again that is under way (nats.go holds the
+// consumer while it tries: up to its 10 s timeout and one back-off of up
+// to 10 s), so such a replay ends up to 20 s after the limit. Atomic: a
+// test sets it (export_test.go).
+var replayIdleLimit atomic.Int64
+
+func init() { replayIdleLimit.Store(int64(30 * time.Second)) }
 
 // readOrdered runs an ordered consumer until it has delivered everything
 // that was in the stream when it started, or visit says stop.
@@ -480,12 +495,13 @@ func (s *JetStreamStore) readOrdered(ctx context.Context, cfg jetstream.OrderedC
 	// Next does not end while the client makes the consumer again, which
 	// it tries for as long as it is not stopped: stopping it is the bound.
 	// Only the waits in Next count, not the time visit takes.
+	limit := time.Duration(replayIdleLimit.Load())
 	var stalled atomic.Bool
-	idle := time.AfterFunc(replayIdleLimit, func() { stalled.Store(true); it.Stop() })
+	idle := time.AfterFunc(limit, func() { stalled.Store(true); it.Stop() })
 	defer idle.Stop()
 	pending := info.NumPending
 	for {
-		idle.Reset(replayIdleLimit)
+		idle.Reset(limit)
 		m, err := it.Next()
 		idle.Stop()
 		if err != nil {
@@ -493,7 +509,7 @@ func (s *JetStreamStore) readOrdered(ctx context.Context, cfg jetstream.OrderedC
 				return ctx.Err()
 			}
 			if stalled.Load() {
-				return errs.Unavailable("events: replay: nothing delivered for %s with %d events still to read (the stream's servers cannot serve the read)", replayIdleLimit, pending)
+				return errs.Unavailable("events: replay: nothing delivered for %s with %d events still to read (the stream's servers cannot serve the read)", limit, pending)
 			}
 			return fmt.Errorf("events: replay: %w", err)
 		}

@@ -37,8 +37,10 @@ func TestClusterAppendsOneAfterTheOther(t *testing.T) {
 	// Busy processes take the cores from the servers now and then, as a
 	// loaded machine's do, and the refusals come with that: without them
 	// none in six runs on an idle machine; with them the store that did
-	// not send the event again failed two runs of four.
-	loadCores(t, 2*runtime.NumCPU())
+	// not send the event again failed two runs of four. Whether a run
+	// meets one is chance (the log line says); TestSettleInFlightRefusal
+	// takes the same answer every time.
+	loadCores(t, runtime.NumCPU())
 	var version uint64
 	const n = 500
 	for i := range n {
@@ -96,6 +98,7 @@ func TestClusterReplaysEndWhenTheLeaderStops(t *testing.T) {
 		incompleteWhole atomic.Int64
 		wg              sync.WaitGroup
 	)
+	t.Cleanup(func() { stop.Store(true) }) // readers left by a failure end with the test
 	for r := range readers {
 		wg.Go(func() {
 			for !stop.Load() {
@@ -111,6 +114,7 @@ func TestClusterReplaysEndWhenTheLeaderStops(t *testing.T) {
 				mu.Unlock()
 				if err != nil {
 					failed.Add(1)
+					time.Sleep(50 * time.Millisecond) // as a reader would before it retries
 					continue
 				}
 				ok.Add(1)
