@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/anvil-fleet/anvil/libs/events"
 	"github.com/anvil-fleet/anvil/libs/events/errs"
 	"github.com/anvil-fleet/anvil/libs/events/eventstest"
@@ -137,11 +135,11 @@ func TestClusterReplaysEndWhenTheLeaderStops(t *testing.T) {
 			}
 		}
 	}
-	progress := func(what string, min int64) {
+	progress := func(what string, atLeast int64) {
 		from := ok.Load() + failed.Load()
 		eventstest.Eventually(t, what, hangAfter+time.Minute, 100*time.Millisecond, func() (bool, string) {
 			noneHung(what)
-			return ok.Load()+failed.Load() >= from+min || t.Failed(), fmt.Sprintf("%d read, %d failed", ok.Load(), failed.Load())
+			return ok.Load()+failed.Load() >= from+atLeast || t.Failed(), fmt.Sprintf("%d read, %d failed", ok.Load(), failed.Load())
 		})
 	}
 	progress("replays before the fault", readers)
@@ -176,25 +174,6 @@ func TestClusterReplaysEndWhenTheLeaderStops(t *testing.T) {
 		t.Errorf("%d of %d replays begun with the cluster whole did not read all %d events", bad, wholeAfter.Load(), n)
 	}
 	t.Logf("%d replays read, %d failed (during the fault); %d begun with the cluster whole", ok.Load(), failed.Load(), wholeAfter.Load())
-}
-
-// counterValue reads a counter of the default registry (0 when absent).
-func counterValue(t *testing.T, name string) float64 {
-	t.Helper()
-	mfs, err := prometheus.DefaultGatherer.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			var sum float64
-			for _, m := range mf.GetMetric() {
-				sum += m.GetCounter().GetValue()
-			}
-			return sum
-		}
-	}
-	return 0
 }
 
 // loadCores runs n busy processes (this test binary again, as
