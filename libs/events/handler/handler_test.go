@@ -354,3 +354,61 @@ func TestHandlerInParallelKeepsEachKeysOrder(t *testing.T) {
 		}
 	}
 }
+
+// A parallel handler asks the server for more events at once than one
+// taking them one at a time (8 per slot), so that a consumer passing over
+// most of its events, or waiting on busy slots, still has the next ones
+// at hand: with its 16 slots held, the consumer's window fills beyond the
+// 64 a handler used to ask for, and every event is handled once released.
+func TestHandlerInParallelPullsAWiderWindow(t *testing.T) {
+	env := eventstest.Start(t, registry())
+	ctx := context.Background()
+	const total, slots = 300, 16
+	release := make(chan struct{})
+	var mu sync.Mutex
+	handled := map[int]int{}
+	startRouter(t, env, func(r *handler.Router) {
+		r.Handle("wide", events.Filter{AggregateType: "rollout"}, func(ctx context.Context, env *events.Envelope, p any) error {
+			select {
+			case <-release:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			mu.Lock()
+			handled[p.(pinged).N]++
+			mu.Unlock()
+			return nil
+		}, handler.InParallel(slots, func(_ *events.Envelope, p any) string { return fmt.Sprint(p.(pinged).N) }))
+	})
+	ref := events.AggregateRef{Org: "acme", Type: "rollout", ID: "r1"}
+	for n := range total {
+		if _, err := env.Store.Append(ctx, ref, events.Any, events.New(pinged{N: n})...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cons, err := env.JS.Consumer(ctx, events.StreamName, "handler-wide")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventstest.Eventually(t, "the consumer's window past 64 events while the slots are held", 30*time.Second, 20*time.Millisecond, func() (bool, string) {
+		info, err := cons.Info(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		return info.NumAckPending > 100, fmt.Sprintf("%d delivered and not acknowledged (max ack pending %d), %d not delivered",
+			info.NumAckPending, info.Config.MaxAckPending, info.NumPending)
+	})
+	close(release)
+	eventstest.Eventually(t, "every event handled", 30*time.Second, 20*time.Millisecond, func() (bool, string) {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(handled) == total, fmt.Sprintf("%d of %d handled", len(handled), total)
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for n, times := range handled {
+		if times != 1 {
+			t.Errorf("event %d handled %d times", n, times)
+		}
+	}
+}

@@ -163,7 +163,7 @@ func benchRollout(b *testing.B, full int) {
 		kubeCalls := "the rollout service's Kubernetes calls (as its client timed them): " + rolloutKubeCalls(b).report(kubeBefore, 8)
 		commands := "calls between the services (as their callers timed them; most time in all first): " + commandCalls(b).report(commandsBefore, 10)
 		waits := "reboot instructions, from the rollout's request to each stage (the boot service's anvil_boot_instruction_wait_seconds): " +
-			instructionWaits(b).report(waitsBefore, 3)
+			instructionWaits(b).report(waitsBefore, 4)
 		stop()
 		b.StopTimer()
 		if r.Progress.Done != n {
