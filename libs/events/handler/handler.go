@@ -161,7 +161,7 @@ func (r *Router) Handle(name string, filter events.Filter, fn Func, opts ...Hand
 	for _, o := range opts {
 		o(&t)
 	}
-	t.parallel = min(t.parallel, t.cfg.MaxAckPending)
+	t.parallel = min(t.parallel, maxParallel)
 	t.pull = pullFor(t.parallel)
 	t.cfg.MaxAckPending = max(t.cfg.MaxAckPending, 2*t.pull)
 	if t.key != nil {
@@ -181,14 +181,26 @@ func (r *Router) Handle(name string, filter events.Filter, fn Func, opts ...Hand
 // the server delivered only a few events it wanted, and at 10,000 machines
 // the boot service's consumer of the rollouts' events fell 10,000 events
 // behind (the reboot instruction stored 14.5 s after the rollout asked).
+//
+// What is delivered starts its ack deadline (AckWait) in the buffer, so the
+// last of a window waits about pull/parallel handlings (64 one at a time,
+// 8 in parallel) plus any wait for an earlier event of its key: a handler
+// slower than AckWait/8 an event, all slots at once, gets events
+// redelivered while they are still queued (handled twice, which handlers
+// must bear anyway).
 func pullFor(parallel int) int {
 	return max(64, 8*parallel)
 }
 
+// maxParallel caps InParallel: events at once, and so the pull window
+// (8 a slot) and the consumer's unacknowledged events (twice the window).
+const maxParallel = 256
+
 // pullHeartbeat is how often the server tells a handler's waiting pull
 // that it is still there (nats.go's default is half the pull's 30 s
-// expiry). Two missed heartbeats end the pull and the iterator asks again,
-// so a pull that went missing stops a handler for 10 s, not 30: at
+// expiry). After two missed heartbeats the iterator gives up on the pull
+// and asks again (the server forgets the old one at its expiry), so a pull
+// that went missing stops a handler for 10 s, not 30: at
 // 10,000 machines the boot service's consumer of rollout events was seen
 // delivered nothing for 20 s with 10,000 events waiting and none
 // unacknowledged, and every machine in its reboot step waited with it.

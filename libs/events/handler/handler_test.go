@@ -358,12 +358,14 @@ func TestHandlerInParallelKeepsEachKeysOrder(t *testing.T) {
 // A parallel handler asks the server for more events at once than one
 // taking them one at a time (8 per slot), so that a consumer passing over
 // most of its events, or waiting on busy slots, still has the next ones
-// at hand: with its 16 slots held, the consumer's window fills beyond the
-// 64 a handler used to ask for, and every event is handled once released.
+// at hand: with its 64 slots held (the boot service's instruction
+// handlers), the consumer's window fills beyond the 64 a handler used to
+// ask for and the 256 unacknowledged events its consumer used to allow,
+// and every event is handled once released.
 func TestHandlerInParallelPullsAWiderWindow(t *testing.T) {
 	env := eventstest.Start(t, registry())
 	ctx := context.Background()
-	const total, slots = 300, 16
+	const total, slots = 700, 64
 	release := make(chan struct{})
 	var mu sync.Mutex
 	handled := map[int]int{}
@@ -390,12 +392,12 @@ func TestHandlerInParallelPullsAWiderWindow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventstest.Eventually(t, "the consumer's window past 64 events while the slots are held", 30*time.Second, 20*time.Millisecond, func() (bool, string) {
+	eventstest.Eventually(t, "the consumer's window past 256 events while the slots are held", 30*time.Second, 20*time.Millisecond, func() (bool, string) {
 		info, err := cons.Info(ctx)
 		if err != nil {
 			return false, err.Error()
 		}
-		return info.NumAckPending > 100, fmt.Sprintf("%d delivered and not acknowledged (max ack pending %d), %d not delivered",
+		return info.NumAckPending > 300, fmt.Sprintf("%d delivered and not acknowledged (max ack pending %d), %d not delivered",
 			info.NumAckPending, info.Config.MaxAckPending, info.NumPending)
 	})
 	close(release)
