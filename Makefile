@@ -117,11 +117,13 @@ BENCH_CHECK_TIMEOUT ?= 10m
 
 # The raw output goes to BENCH_OUT as it runs; the table of every
 # benchmark's ratios and figures, with the load average before and after,
-# is printed at the end (docs/performance.md).
+# is printed at the end (docs/performance.md). -p 1: go test builds the
+# next packages' test binaries while a benchmark runs, on the cores it
+# measures; one action at a time keeps the builds out of the figures.
 BENCH_OUT ?= bench.out
 bench: ## benchmarks, each reported against a baseline measured in the same run, then one table of them all (ANVIL_BENCH_SCALE=tiny|full|0.1 sets their size)
 	@echo "load average before: $$(cut -d' ' -f1-3 /proc/loadavg)" | tee "$(BENCH_OUT)"
-	$(GO) test -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) -benchmem -timeout $(BENCH_TIMEOUT) $(PKGS) 2>&1 | tee -a "$(BENCH_OUT)"
+	$(GO) test -p 1 -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) -benchmem -timeout $(BENCH_TIMEOUT) $(PKGS) 2>&1 | tee -a "$(BENCH_OUT)"
 	@echo "load average after: $$(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$(BENCH_OUT)"
 	@echo; $(GO) run ./libs/events/eventstest/benchtable/cmd/anvil-benchtable < "$(BENCH_OUT)"
 
