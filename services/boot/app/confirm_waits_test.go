@@ -275,9 +275,11 @@ func TestConfirmWaitLeavesOutRequestsThatEnded(t *testing.T) {
 			t.Fatalf("the request that ended went to the registry: %v", sent)
 		}
 	}
-	k.cmu.Lock()
-	defer k.cmu.Unlock()
-	if k.confirmFlying != 0 || len(k.confirmQueue) != 0 {
-		t.Fatalf("flights %d, queue %d", k.confirmFlying, len(k.confirmQueue))
-	}
+	// A flight gives itself back after its last batch's requests were
+	// answered: the waiters above may return before it did.
+	eventstest.Eventually(t, "every flight back, nothing queued", 10*time.Second, time.Millisecond, func() (bool, string) {
+		k.cmu.Lock()
+		defer k.cmu.Unlock()
+		return k.confirmFlying == 0 && len(k.confirmQueue) == 0, fmt.Sprintf("flights %d, queue %d", k.confirmFlying, len(k.confirmQueue))
+	})
 }
