@@ -14,12 +14,19 @@ import (
 // reboot indicator and the booted revision go to the registry (each appends
 // an event only when it changed), the startup log to the startup-log store.
 //
-// A report is taken even when parts of it cannot be recorded (an incomplete
-// inventory, an unknown revision): refusing it would make the agent resend
-// the same report forever and hide the machine's startup log, which is how
-// an operator finds out what is wrong. What was not recorded is listed in
-// the stored startup log's Problems. Only a dependency being down (503, the
-// agent retries) or a deleted machine (404) fails the request.
+// The boot record takes the booted revision first, which settles the
+// reboot the machine was told to make: a rollout waits for that, not for
+// the inventory. The registry then gets the report's three parts in one
+// command (ReportAgent), which it takes whole or not at all.
+//
+// A report is taken even when parts of it cannot be recorded (an
+// incomplete inventory, an unknown revision): refusing it would make the
+// agent resend the same report forever and hide the machine's startup log,
+// which is how an operator finds out what is wrong. What was not recorded
+// is listed in the stored startup log's Problems; when the registry
+// refuses the report as a whole, its parts are sent one by one to find
+// out which. Only a dependency being down (503, the agent retries) or a
+// deleted machine (404) fails the request.
 func (a *App) Report(ctx context.Context, ag Agent, rep agentapi.Report) error {
 	agentRequests.WithLabelValues("report").Inc()
 	if err := report.BootedRevision(rep.BootedRevision); err != nil {
@@ -27,8 +34,52 @@ func (a *App) Report(ctx context.Context, ag Agent, rep agentapi.Report) error {
 	}
 	now := a.Now()
 	var problems []string
+	b, err := a.settleBooted(ctx, ag, rep.BootedRevision, now)
+	if err != nil {
+		return err
+	}
+	if b.problem != "" {
+		problems = append(problems, b.problem)
+	}
+	var hardware *regapi.ReportHardware
+	if hw, err := report.Hardware(rep.Hardware); err != nil {
+		problems = append(problems, "hardware not recorded: "+err.Error())
+	} else {
+		hardware = &regapi.ReportHardware{Hardware: hw, At: now}
+	}
+	rebootRequired := &regapi.ReportRebootRequired{Required: rep.RebootRequired.Required, Reason: report.RebootReason(rep.RebootRequired)}
+
+	err = a.Registry.Command(ctx, ag.Org, ag.UUID, regapi.ReportAgent{Hardware: hardware, RebootRequired: rebootRequired, BootedRevision: b.report})
+	switch {
+	case err == nil:
+		if b.report != nil {
+			if err := a.bootedReported(ctx, ag, b); err != nil {
+				return err
+			}
+		}
+	case unavailable(err) || errs.Is(err, errs.KindNotFound):
+		return err
+	default:
+		a.Log.InfoContext(ctx, "the registry refused an agent report as a whole; its parts go one by one", "org", ag.Org, "uuid", ag.UUID, "err", err)
+		more, err := a.reportPartByPart(ctx, ag, hardware, rebootRequired, b)
+		if err != nil {
+			return err
+		}
+		problems = append(problems, more...)
+	}
+	return a.StartupLogs.Put(ctx, api.StartupLog{
+		Org: ag.Org, UUID: ag.UUID, BootedRevision: rep.BootedRevision, ReportedAt: now,
+		Lines: report.StartupLog(rep.StartupLog), Problems: problems,
+	})
+}
+
+// reportPartByPart sends a report's parts as their own commands, so that
+// the registry records every part it takes, and returns what it refused
+// as problems.
+func (a *App) reportPartByPart(ctx context.Context, ag Agent, hardware *regapi.ReportHardware, rebootRequired *regapi.ReportRebootRequired, b booted) ([]string, error) {
+	var problems []string
 	fail := func(what string, err error) error {
-		if unavailable(err) || errs.Is(err, errs.KindNotFound) {
+		if err == nil || unavailable(err) || errs.Is(err, errs.KindNotFound) {
 			return err
 		}
 		recordFailures.WithLabelValues(what).Inc()
@@ -36,30 +87,23 @@ func (a *App) Report(ctx context.Context, ag Agent, rep agentapi.Report) error {
 		a.Log.WarnContext(ctx, "part of an agent report not recorded", "org", ag.Org, "uuid", ag.UUID, "what", what, "err", err)
 		return nil
 	}
-
-	if hw, err := report.Hardware(rep.Hardware); err != nil {
-		problems = append(problems, "hardware not recorded: "+err.Error())
-	} else if err := a.Registry.Command(ctx, ag.Org, ag.UUID, regapi.ReportHardware{Hardware: hw, At: now}); err != nil {
-		if err := fail("hardware", err); err != nil {
-			return err
+	if hardware != nil {
+		if err := fail("hardware", a.Registry.Command(ctx, ag.Org, ag.UUID, *hardware)); err != nil {
+			return nil, err
 		}
 	}
-	if err := a.Registry.Command(ctx, ag.Org, ag.UUID, regapi.ReportRebootRequired{
-		Required: rep.RebootRequired.Required, Reason: report.RebootReason(rep.RebootRequired),
-	}); err != nil {
-		if err := fail("reboot_required", err); err != nil {
-			return err
+	if err := fail("reboot_required", a.Registry.Command(ctx, ag.Org, ag.UUID, *rebootRequired)); err != nil {
+		return nil, err
+	}
+	if b.report == nil {
+		return problems, nil
+	}
+	if err := a.Registry.Command(ctx, ag.Org, ag.UUID, *b.report); err != nil {
+		problem, err := b.notRecorded(ctx, a, ag, err)
+		if err != nil {
+			return nil, err
 		}
+		return append(problems, problem), nil
 	}
-	problem, err := a.observeBooted(ctx, ag, rep.BootedRevision, now)
-	if err != nil {
-		return err
-	}
-	if problem != "" {
-		problems = append(problems, problem)
-	}
-	return a.StartupLogs.Put(ctx, api.StartupLog{
-		Org: ag.Org, UUID: ag.UUID, BootedRevision: rep.BootedRevision, ReportedAt: now,
-		Lines: report.StartupLog(rep.StartupLog), Problems: problems,
-	})
+	return problems, a.bootedReported(ctx, ag, b)
 }

@@ -94,6 +94,17 @@ type ReportRebootRequired struct {
 	Reason   string `json:"reason,omitempty"`
 }
 
+// ReportAgent is an agent's report in one command, each part optional:
+// the registry decides the hardware, then the reboot indicator, then the
+// booted revision, as their own commands would, and takes all their events
+// or none. A refusal names the bad fields under their part
+// ("hardware.cpus", "booted_revision.at").
+type ReportAgent struct {
+	Hardware       *ReportHardware       `json:"hardware,omitempty"`
+	RebootRequired *ReportRebootRequired `json:"reboot_required,omitempty"`
+	BootedRevision *ReportBootedRevision `json:"booted_revision,omitempty"`
+}
+
 // CheckConnectivity turns a heartbeat time (kept outside the log) into an
 // online/offline event when one is due.
 type CheckConnectivity struct {
@@ -147,6 +158,7 @@ func (AbortDeletion) CommandType() string            { return "machine.abort_del
 func (ReportBootedRevision) CommandType() string     { return "machine.report_booted_revision" }
 func (ReportHardware) CommandType() string           { return "machine.report_hardware" }
 func (ReportRebootRequired) CommandType() string     { return "machine.report_reboot_required" }
+func (ReportAgent) CommandType() string              { return "machine.report_agent" }
 func (CheckConnectivity) CommandType() string        { return "machine.check_connectivity" }
 func (SetTargetRevision) CommandType() string        { return "machine.set_target_revision" }
 func (MarkReady) CommandType() string                { return "machine.mark_ready" }
@@ -168,7 +180,7 @@ func MachineCommands() []MachineCommand {
 		SetHostname{}, SetLabels{}, SetUpgradeIndex{}, SetControlPlane{},
 		AssignToPool{}, Unassign{}, ForceUnassign{}, SetMaintenance{},
 		Delete{}, AbortDeletion{},
-		ReportBootedRevision{}, ReportHardware{}, ReportRebootRequired{}, CheckConnectivity{},
+		ReportBootedRevision{}, ReportHardware{}, ReportRebootRequired{}, ReportAgent{}, CheckConnectivity{},
 		SetTargetRevision{}, MarkReady{}, MarkFailed{},
 		CompleteUnassign{}, CompleteMaintenanceEntry{},
 		CompleteDeletionPreparation{}, FailDeletion{}, CompleteDeletionAbort{}, CompleteDeletion{},

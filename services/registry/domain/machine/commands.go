@@ -35,7 +35,7 @@ func CommandTypes() []any {
 		SetHostname{}, SetLabels{}, SetUpgradeIndex{}, SetControlPlane{},
 		AssignToPool{}, Unassign{}, ForceUnassign{}, SetMaintenance{},
 		Delete{}, AbortDeletion{},
-		ReportBootedRevision{}, ReportHardware{}, ReportRebootRequired{}, CheckConnectivity{},
+		ReportBootedRevision{}, ReportHardware{}, ReportRebootRequired{}, ReportAgent{}, CheckConnectivity{},
 		SetTargetRevision{}, MarkReady{}, MarkFailed{},
 		CompleteUnassign{}, CompleteMaintenanceEntry{},
 		CompleteDeletionPreparation{}, FailDeletion{}, CompleteDeletionAbort{}, CompleteDeletion{},
@@ -139,6 +139,18 @@ type ReportRebootRequired struct {
 	Reason   string `json:"reason,omitempty"`
 }
 
+// ReportAgent is an agent's report in one command: each part that is set
+// is decided as its own command would be, in this order, on the state the
+// part before left, and the registry takes their events all together or
+// none of them. One command instead of three: each is a round trip to the
+// registry and a decision on the machine, made for every machine that
+// boots.
+type ReportAgent struct {
+	Hardware       *ReportHardware       `json:"hardware,omitempty"`
+	RebootRequired *ReportRebootRequired `json:"reboot_required,omitempty"`
+	BootedRevision *ReportBootedRevision `json:"booted_revision,omitempty"`
+}
+
 // CheckConnectivity turns a heartbeat time (kept outside the log) into an
 // online/offline event when one is due; see ConnectivityTransition.
 type CheckConnectivity struct {
@@ -193,6 +205,7 @@ func (AbortDeletion) CommandType() string            { return "machine.abort_del
 func (ReportBootedRevision) CommandType() string     { return "machine.report_booted_revision" }
 func (ReportHardware) CommandType() string           { return "machine.report_hardware" }
 func (ReportRebootRequired) CommandType() string     { return "machine.report_reboot_required" }
+func (ReportAgent) CommandType() string              { return "machine.report_agent" }
 func (CheckConnectivity) CommandType() string        { return "machine.check_connectivity" }
 func (SetTargetRevision) CommandType() string        { return "machine.set_target_revision" }
 func (MarkReady) CommandType() string                { return "machine.mark_ready" }
@@ -641,6 +654,49 @@ func (c ReportRebootRequired) decide(s *State, _ time.Time) ([]any, error) {
 		return nil, nil
 	}
 	return one(RebootRequiredChanged{Required: r.Required, Reason: r.Reason})
+}
+
+func (c ReportAgent) decide(s *State, now time.Time) ([]any, error) {
+	type part struct {
+		field string
+		cmd   Command
+	}
+	var parts []part
+	if c.Hardware != nil {
+		parts = append(parts, part{"hardware", *c.Hardware})
+	}
+	if c.RebootRequired != nil {
+		parts = append(parts, part{"reboot_required", *c.RebootRequired})
+	}
+	if c.BootedRevision != nil {
+		parts = append(parts, part{"booted_revision", *c.BootedRevision})
+	}
+	if len(parts) == 0 {
+		return nil, errs.Invalid("report", "names none of hardware, reboot_required and booted_revision")
+	}
+	// A part with bad fields does not stop the others' validation, so
+	// that the refusal names every bad field of the report.
+	var f errs.Fields
+	next := s.Clone()
+	var all []any
+	for _, p := range parts {
+		evs, err := p.cmd.decide(&next, now)
+		switch {
+		case errs.KindOf(err) == errs.KindValidation:
+			f.Merge(p.field, err)
+			continue
+		case err != nil:
+			return nil, err
+		}
+		for _, e := range evs {
+			next.Apply(e)
+		}
+		all = append(all, evs...)
+	}
+	if err := f.Err(); err != nil {
+		return nil, err
+	}
+	return all, nil
 }
 
 func (c CheckConnectivity) decide(s *State, now time.Time) ([]any, error) {

@@ -475,3 +475,48 @@ func stateIn(t *testing.T, st Status) State {
 	}
 	return build(evs)
 }
+
+func TestReportAgentDecidesItsPartsTogether(t *testing.T) {
+	s := build(fixtures()["ready"])
+	apply(t, &s, ReportHardware{Hardware: sampleHardware(), At: t0})
+
+	// Unchanged hardware is left out; the parts that changed are decided
+	// in order, each on what the one before left.
+	evs := apply(t, &s, ReportAgent{
+		Hardware:       &ReportHardware{Hardware: sampleHardware(), At: t0.Add(time.Hour)},
+		RebootRequired: &ReportRebootRequired{Required: true, Reason: "linux-image"},
+		BootedRevision: &ReportBootedRevision{Revision: 2, At: t0.Add(time.Hour)},
+	})
+	if len(evs) != 2 {
+		t.Fatalf("want the reboot indicator and the booted revision, got %v", evs)
+	}
+	if _, ok := evs[0].(RebootRequiredChanged); !ok {
+		t.Fatalf("first event %T, want RebootRequiredChanged", evs[0])
+	}
+	if _, ok := evs[1].(RevisionBooted); !ok {
+		t.Fatalf("second event %T, want RevisionBooted", evs[1])
+	}
+	if !s.Reboot.Required || s.CurrentRevision != 2 {
+		t.Fatalf("%+v", s)
+	}
+
+	// Bad fields in several parts are all named, under their part.
+	_, err := Decide(s, ReportAgent{
+		Hardware:       &ReportHardware{Hardware: Hardware{CPUs: 1, RAMBytes: 1}},
+		RebootRequired: &ReportRebootRequired{Required: true, Reason: "ok"},
+		BootedRevision: &ReportBootedRevision{},
+	}, matrixNow)
+	want := []string{"hardware.at", "booted_revision.revision", "booted_revision.at"}
+	if got := errs.FieldNames(err); !reflect.DeepEqual(got, want) {
+		t.Fatalf("fields %v, want %v (%v)", got, want, err)
+	}
+	if _, err := Decide(s, ReportAgent{}, matrixNow); !reflect.DeepEqual(errs.FieldNames(err), []string{"report"}) {
+		t.Fatalf("an empty report: %v", err)
+	}
+
+	// A machine that cannot take a report takes none of it.
+	pre := build(fixtures()["preregistered"])
+	if evs, err := Decide(pre, ReportAgent{RebootRequired: &ReportRebootRequired{Required: true}}, matrixNow); !errs.Is(err, errs.KindConflict) || len(evs) != 0 {
+		t.Fatalf("preregistered: want conflict, got %v %v", evs, err)
+	}
+}

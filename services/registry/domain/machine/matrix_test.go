@@ -83,6 +83,11 @@ var rowCommands = map[string]func(s State) Command{
 	"report_booted_revision": func(State) Command { return ReportBootedRevision{Revision: 7, At: t0.Add(time.Hour)} },
 	"report_hardware":        func(State) Command { return ReportHardware{Hardware: sampleHardware(), At: t0.Add(time.Hour)} },
 	"report_reboot_required": func(State) Command { return ReportRebootRequired{Required: true, Reason: "linux-image-6.6"} },
+	"report_agent": func(State) Command {
+		return ReportAgent{Hardware: &ReportHardware{Hardware: sampleHardware(), At: t0.Add(time.Hour)},
+			RebootRequired: &ReportRebootRequired{Required: true, Reason: "linux-image-6.6"},
+			BootedRevision: &ReportBootedRevision{Revision: 7, At: t0.Add(time.Hour)}}
+	},
 	"check_connectivity silent": func(State) Command {
 		return CheckConnectivity{LastHeartbeat: matrixNow.Add(-10 * time.Minute), Silence: time.Minute}
 	},
@@ -261,21 +266,25 @@ func checkCell(t *testing.T, command, col, want string, s State, cmd Command, se
 	if !moves {
 		wantCol = col
 	}
-	if err != nil || len(evs) != 1 {
+	// A command that emits several events names them joined by "+".
+	wantEvents := strings.Split(wantEvent, "+")
+	if err != nil || len(evs) != len(wantEvents) {
 		t.Errorf("%s: want %s, got %v %v", where, want, evs, err)
 		return
 	}
-	ev, ok := evs[0].(Event)
-	if !ok {
-		t.Errorf("%s: %T is not a machine event", where, evs[0])
-		return
-	}
-	seen[ev.EventType()] = true
-	if ev.EventType() != "machine."+wantEvent {
-		t.Errorf("%s: emitted %s, want machine.%s", where, ev.EventType(), wantEvent)
-	}
 	after := s.Clone()
-	after.Apply(evs[0])
+	for i, e := range evs {
+		ev, ok := e.(Event)
+		if !ok {
+			t.Errorf("%s: %T is not a machine event", where, e)
+			return
+		}
+		seen[ev.EventType()] = true
+		if w := strings.TrimSpace(wantEvents[i]); ev.EventType() != "machine."+w {
+			t.Errorf("%s: event %d is %s, want machine.%s", where, i, ev.EventType(), w)
+		}
+		after.Apply(e)
+	}
 	if got := column(after); got != wantCol {
 		t.Errorf("%s: ends in %s, want %s", where, got, wantCol)
 	}
