@@ -108,9 +108,14 @@ func (a *Agent) Run(ctx context.Context) error {
 		"state_file", a.cfg.StateFile,
 	)
 
+	// The first heartbeat waits for the first report: both carry the
+	// booted revision, and the boot service reports a revision it hears of
+	// first to the registry, so that sent together at every boot they made
+	// it do so twice.
+	firstReport := make(chan struct{})
 	var wg sync.WaitGroup
-	wg.Go(func() { a.heartbeatLoop(ctx) })
-	wg.Go(func() { a.reportLoop(ctx) })
+	wg.Go(func() { a.heartbeatLoop(ctx, firstReport) })
+	wg.Go(func() { a.reportLoop(ctx, sync.OnceFunc(func() { close(firstReport) })) })
 	wg.Go(func() { a.instructionLoop(ctx) })
 	wg.Wait()
 

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -426,5 +427,33 @@ func TestRebootIndicatorReportedBetweenReports(t *testing.T) {
 	_, reps, _ := f.snapshot()
 	if rr := reps[1].RebootRequired; !rr.Required || !strings.Contains(rr.Reason, "/run/reboot-required") {
 		t.Errorf("second report reboot_required = %+v", rr)
+	}
+}
+
+// TestFirstHeartbeatFollowsFirstReport: at start the agent reports before
+// it heartbeats (both carry the booted revision, which the boot service
+// passes on once); a report that hangs holds the heartbeats back for one
+// request timeout at most.
+func TestFirstHeartbeatFollowsFirstReport(t *testing.T) {
+	f := newFakeBoot(t)
+	h := newHarness(t, f)
+	h.start(t)
+	f.waitFor("a heartbeat", func() bool { hbs, _, _ := f.snapshot(); return len(hbs) >= 1 })
+	f.mu.Lock()
+	first := slices.IndexFunc(f.arrived, func(op string) bool { return op == "heartbeat" || op == "report" })
+	arrived := slices.Clone(f.arrived)
+	f.mu.Unlock()
+	if first < 0 || arrived[first] != "report" {
+		t.Fatalf("requests in arrival order %v: the first report must come before the first heartbeat", arrived)
+	}
+
+	hung := newFakeBoot(t)
+	hung.holdReports = make(chan struct{})
+	defer close(hung.holdReports)
+	h = newHarness(t, hung, func(c *Config) { c.RequestTimeout = 300 * time.Millisecond })
+	h.start(t)
+	hung.waitFor("heartbeats while the first report hangs", func() bool { hbs, _, _ := hung.snapshot(); return len(hbs) >= 2 })
+	if _, reps, _ := hung.snapshot(); len(reps) != 0 {
+		t.Fatalf("%d reports recorded, want none (held)", len(reps))
 	}
 }

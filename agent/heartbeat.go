@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"time"
 
 	"github.com/anvil-fleet/anvil/agent/api"
 )
@@ -10,7 +11,19 @@ import (
 // on at once does not hit the boot service in lockstep for the rest of its life.
 const cadenceJitter = 0.2
 
-func (a *Agent) heartbeatLoop(ctx context.Context) {
+// heartbeatLoop sends heartbeats until ctx ends, the first once
+// firstReport is closed (the first report was answered, or failed), or
+// after a request timeout at most: a report that hangs, or a journal slow
+// to read, does not keep the machine offline.
+func (a *Agent) heartbeatLoop(ctx context.Context, firstReport <-chan struct{}) {
+	wait := time.NewTimer(a.cfg.RequestTimeout)
+	select {
+	case <-firstReport:
+	case <-wait.C:
+		a.log.Info("first report not answered within the request timeout; heartbeats start without it", "timeout", a.cfg.RequestTimeout.String())
+	case <-ctx.Done():
+	}
+	wait.Stop()
 	bo := a.newBackoff()
 	failures := 0
 	for {

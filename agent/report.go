@@ -17,8 +17,10 @@ const maxLogLine = 2048
 
 // reportLoop sends a report at start and again whenever the hardware or the
 // reboot indicator changes. The startup log alone changing is not a reason:
-// it changes all the time.
-func (a *Agent) reportLoop(ctx context.Context) {
+// it changes all the time. It calls attempted once the first report was
+// answered or failed.
+func (a *Agent) reportLoop(ctx context.Context, attempted func()) {
+	defer attempted()
 	bo := a.newBackoff()
 	var lastSent, lastInvErr string
 	var lastReboot api.RebootRequired // in the last report sent
@@ -47,6 +49,7 @@ func (a *Agent) reportLoop(ctx context.Context) {
 			rctx, cancel := a.requestContext(ctx, 0)
 			err := a.client.Report(rctx, r)
 			cancel()
+			attempted()
 			if ctx.Err() != nil {
 				return
 			}
