@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -432,8 +433,8 @@ func TestRebootIndicatorReportedBetweenReports(t *testing.T) {
 
 // TestFirstHeartbeatFollowsFirstReport: at start the agent reports before
 // it heartbeats (both carry the booted revision, which the boot service
-// passes on once); a report that hangs holds the heartbeats back for one
-// request timeout at most.
+// passes on once); a first report that is never sent (its journal read
+// hangs) holds the heartbeats back for one request timeout at most.
 func TestFirstHeartbeatFollowsFirstReport(t *testing.T) {
 	f := newFakeBoot(t)
 	h := newHarness(t, f)
@@ -448,12 +449,21 @@ func TestFirstHeartbeatFollowsFirstReport(t *testing.T) {
 	}
 
 	hung := newFakeBoot(t)
-	hung.holdReports = make(chan struct{})
-	defer close(hung.holdReports)
-	h = newHarness(t, hung, func(c *Config) { c.RequestTimeout = 300 * time.Millisecond })
+	journalHangs := make(chan struct{})
+	defer close(journalHangs)
+	h = newHarness(t, hung, func(c *Config) {
+		c.RequestTimeout = 300 * time.Millisecond
+		c.Journal = JournalFunc(func(ctx context.Context, _ int) ([]string, error) {
+			select {
+			case <-journalHangs:
+			case <-ctx.Done():
+			}
+			return nil, nil
+		})
+	})
 	h.start(t)
-	hung.waitFor("heartbeats while the first report hangs", func() bool { hbs, _, _ := hung.snapshot(); return len(hbs) >= 2 })
-	if _, reps, _ := hung.snapshot(); len(reps) != 0 {
-		t.Fatalf("%d reports recorded, want none (held)", len(reps))
+	hung.waitFor("heartbeats while the first report is still being made", func() bool { hbs, _, _ := hung.snapshot(); return len(hbs) >= 2 })
+	if n := hung.requestCount("report"); n != 0 {
+		t.Fatalf("%d report requests, want none: the journal read never ends", n)
 	}
 }

@@ -51,9 +51,6 @@ type fakeBoot struct {
 	refuseAccept bool
 	// arrived lists the ops of the requests answered, in arrival order.
 	arrived []string
-	// holdReports, when set, keeps report requests waiting until it is
-	// closed or the request ends.
-	holdReports chan struct{}
 }
 
 type ackRecord struct {
@@ -107,16 +104,8 @@ func (f *fakeBoot) guard(op string, h http.HandlerFunc) http.HandlerFunc {
 		}
 		known := r.PathValue("uuid") == f.uuid
 		f.arrived = append(f.arrived, op)
-		hold := f.holdReports
 		f.notifyLocked()
 		f.mu.Unlock()
-		if op == "report" && hold != nil {
-			select {
-			case <-hold:
-			case <-r.Context().Done():
-				return
-			}
-		}
 
 		switch {
 		case r.Header.Get("Authorization") != "Bearer "+f.credential || reject:

@@ -22,6 +22,8 @@ func (a *Agent) heartbeatLoop(ctx context.Context, firstReport <-chan struct{}) 
 	case <-wait.C:
 		a.log.Info("first report not answered within the request timeout; heartbeats start without it", "timeout", a.cfg.RequestTimeout.String())
 	case <-ctx.Done():
+		wait.Stop()
+		return
 	}
 	wait.Stop()
 	bo := a.newBackoff()

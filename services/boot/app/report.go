@@ -4,6 +4,7 @@ import (
 	"context"
 
 	agentapi "github.com/anvil-fleet/anvil/agent/api"
+	"github.com/anvil-fleet/anvil/libs/events/command"
 	"github.com/anvil-fleet/anvil/libs/events/errs"
 	"github.com/anvil-fleet/anvil/services/boot/api"
 	"github.com/anvil-fleet/anvil/services/boot/domain/report"
@@ -24,8 +25,8 @@ import (
 // agent resend the same report forever and hide the machine's startup log,
 // which is how an operator finds out what is wrong. What was not recorded
 // is listed in the stored startup log's Problems; when the registry
-// refuses the report as a whole, its parts are sent one by one to find
-// out which. Only a dependency being down (503, the agent retries) or a
+// refuses the report as a whole, or serves no whole report yet, its parts
+// are sent one by one. Only a dependency being down (503, the agent retries) or a
 // deleted machine (404) fails the request.
 func (a *App) Report(ctx context.Context, ag Agent, rep agentapi.Report) error {
 	agentRequests.WithLabelValues("report").Inc()
@@ -57,10 +58,10 @@ func (a *App) Report(ctx context.Context, ag Agent, rep agentapi.Report) error {
 				return err
 			}
 		}
-	case unavailable(err) || errs.Is(err, errs.KindNotFound):
+	case !partByPart(err):
 		return err
 	default:
-		a.Log.InfoContext(ctx, "the registry refused an agent report as a whole; its parts go one by one", "org", ag.Org, "uuid", ag.UUID, "err", err)
+		a.Log.InfoContext(ctx, "the registry did not take an agent report as a whole; its parts go one by one", "org", ag.Org, "uuid", ag.UUID, "err", err)
 		more, err := a.reportPartByPart(ctx, ag, hardware, rebootRequired, b)
 		if err != nil {
 			return err
@@ -71,6 +72,15 @@ func (a *App) Report(ctx context.Context, ag Agent, rep agentapi.Report) error {
 		Org: ag.Org, UUID: ag.UUID, BootedRevision: rep.BootedRevision, ReportedAt: now,
 		Lines: report.StartupLog(rep.StartupLog), Problems: problems,
 	})
+}
+
+// partByPart reports whether the registry's answer to a whole report
+// means its parts go one by one: it refused the report (a part it does not
+// take), or no registry serves the whole report yet (one older than this
+// boot service, during an upgrade). A registry that is down or a machine
+// that is gone fails the report instead.
+func partByPart(err error) bool {
+	return command.IsNoResponder(err) || !(unavailable(err) || errs.Is(err, errs.KindNotFound))
 }
 
 // reportPartByPart sends a report's parts as their own commands, so that

@@ -38,10 +38,11 @@ func TestAgentReportIsOneRegistryCommand(t *testing.T) {
 	if r.status != http.StatusNoContent {
 		t.Fatalf("report: %d %s", r.status, r.body)
 	}
-	m, err := s.machine("acme", uuid)
-	if err != nil || m.CurrentRevision != 1 || m.Hardware == nil || m.Hardware.CPUs != 8 || !m.Reboot.Required || m.Reboot.Reason != "linux-image" {
-		t.Fatalf("after the report: %s %v", mustJSON(m), err)
-	}
+	s.eventually("the report recorded", 10*time.Second, func() (bool, string) {
+		m, err := s.machine("acme", uuid)
+		return err == nil && m.CurrentRevision == 1 && m.Hardware != nil && m.Hardware.CPUs == 8 && m.Reboot.Required && m.Reboot.Reason == "linux-image",
+			mustJSON(m) + errString(err)
+	})
 	if got := s.reportCalls("report_agent", "ok") - whole; got != 1 {
 		t.Errorf("%v report_agent commands for one report, want 1", got)
 	}

@@ -97,8 +97,9 @@ type ReportRebootRequired struct {
 // ReportAgent is an agent's report in one command, each part optional:
 // the registry decides the hardware, then the reboot indicator, then the
 // booted revision, as their own commands would, and takes all their events
-// or none. A refusal names the bad fields under their part
-// ("hardware.cpus", "booted_revision.at").
+// or none. A refusal names the bad fields of every part by their path
+// ("hardware.hardware.cpus", "booted_revision.at"), before what the
+// machine's state refuses.
 type ReportAgent struct {
 	Hardware       *ReportHardware       `json:"hardware,omitempty"`
 	RebootRequired *ReportRebootRequired `json:"reboot_required,omitempty"`

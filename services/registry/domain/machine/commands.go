@@ -142,7 +142,8 @@ type ReportRebootRequired struct {
 // ReportAgent is an agent's report in one command: each part that is set
 // is decided as its own command would be, in this order, on the state the
 // part before left, and the registry takes their events all together or
-// none of them. One command instead of three: each is a round trip to the
+// none of them; bad fields are named for every part ("hardware.at"). One
+// command instead of three: each is a round trip to the
 // registry and a decision on the machine, made for every machine that
 // boots.
 type ReportAgent struct {
@@ -674,9 +675,11 @@ func (c ReportAgent) decide(s *State, now time.Time) ([]any, error) {
 	if len(parts) == 0 {
 		return nil, errs.Invalid("report", "names none of hardware, reboot_required and booted_revision")
 	}
-	// A part with bad fields does not stop the others' validation, so
-	// that the refusal names every bad field of the report.
+	// Every part is decided, so that a refusal names every bad field of
+	// the report; bad fields come before what the state refuses, as for
+	// any one command.
 	var f errs.Fields
+	var refused error
 	next := s.Clone()
 	var all []any
 	for _, p := range parts {
@@ -686,7 +689,10 @@ func (c ReportAgent) decide(s *State, now time.Time) ([]any, error) {
 			f.Merge(p.field, err)
 			continue
 		case err != nil:
-			return nil, err
+			if refused == nil {
+				refused = err
+			}
+			continue
 		}
 		for _, e := range evs {
 			next.Apply(e)
@@ -695,6 +701,9 @@ func (c ReportAgent) decide(s *State, now time.Time) ([]any, error) {
 	}
 	if err := f.Err(); err != nil {
 		return nil, err
+	}
+	if refused != nil {
+		return nil, refused
 	}
 	return all, nil
 }

@@ -500,13 +500,14 @@ func TestReportAgentDecidesItsPartsTogether(t *testing.T) {
 		t.Fatalf("%+v", s)
 	}
 
-	// Bad fields in several parts are all named, under their part.
+	// Bad fields in several parts are all named, under their part (the
+	// field's path in the command's JSON).
 	_, err := Decide(s, ReportAgent{
-		Hardware:       &ReportHardware{Hardware: Hardware{CPUs: 1, RAMBytes: 1}},
+		Hardware:       &ReportHardware{Hardware: Hardware{CPUs: 1, RAMBytes: 1, NICs: []NIC{{Name: "eth0", MAC: "zz"}}}},
 		RebootRequired: &ReportRebootRequired{Required: true, Reason: "ok"},
 		BootedRevision: &ReportBootedRevision{},
 	}, matrixNow)
-	want := []string{"hardware.at", "booted_revision.revision", "booted_revision.at"}
+	want := []string{"hardware.hardware.nics[0].mac", "hardware.at", "booted_revision.revision", "booted_revision.at"}
 	if got := errs.FieldNames(err); !reflect.DeepEqual(got, want) {
 		t.Fatalf("fields %v, want %v (%v)", got, want, err)
 	}
@@ -514,9 +515,14 @@ func TestReportAgentDecidesItsPartsTogether(t *testing.T) {
 		t.Fatalf("an empty report: %v", err)
 	}
 
-	// A machine that cannot take a report takes none of it.
+	// A machine that cannot take a report takes none of it; bad fields
+	// are named before that.
 	pre := build(fixtures()["preregistered"])
 	if evs, err := Decide(pre, ReportAgent{RebootRequired: &ReportRebootRequired{Required: true}}, matrixNow); !errs.Is(err, errs.KindConflict) || len(evs) != 0 {
 		t.Fatalf("preregistered: want conflict, got %v %v", evs, err)
+	}
+	_, err = Decide(pre, ReportAgent{RebootRequired: &ReportRebootRequired{Required: true}, BootedRevision: &ReportBootedRevision{Revision: 2}}, matrixNow)
+	if got := errs.FieldNames(err); !reflect.DeepEqual(got, []string{"booted_revision.at"}) {
+		t.Fatalf("preregistered, a bad field in a later part: %v", err)
 	}
 }
