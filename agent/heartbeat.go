@@ -17,15 +17,14 @@ const cadenceJitter = 0.2
 // to read, does not keep the machine offline.
 func (a *Agent) heartbeatLoop(ctx context.Context, firstReport <-chan struct{}) {
 	wait := time.NewTimer(a.cfg.RequestTimeout)
+	defer wait.Stop()
 	select {
 	case <-firstReport:
 	case <-wait.C:
 		a.log.Info("first report not answered within the request timeout; heartbeats start without it", "timeout", a.cfg.RequestTimeout.String())
 	case <-ctx.Done():
-		wait.Stop()
 		return
 	}
-	wait.Stop()
 	bo := a.newBackoff()
 	failures := 0
 	for {

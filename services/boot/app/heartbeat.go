@@ -38,7 +38,7 @@ func (a *App) observeBooted(ctx context.Context, ag Agent, mrid string, now time
 		return b.problem, err
 	}
 	if err := a.Registry.Command(ctx, ag.Org, ag.UUID, *b.report); err != nil {
-		return b.notRecorded(ctx, a, ag, err)
+		return a.bootedNotRecorded(ctx, ag, b, err)
 	}
 	return "", a.bootedReported(ctx, ag, b)
 }
@@ -83,10 +83,10 @@ func (a *App) settleBooted(ctx context.Context, ag Agent, mrid string, now time.
 	return b, nil
 }
 
-// notRecorded is the answer to the registry's refusal of b's report: the
-// error when the registry is down (the agent sends it again), otherwise a
-// problem for the startup log.
-func (b booted) notRecorded(ctx context.Context, a *App, ag Agent, err error) (problem string, _ error) {
+// bootedNotRecorded is the answer to the registry's refusal of b's
+// report: the error when the registry is down (the agent sends it again),
+// otherwise a problem for the startup log.
+func (a *App) bootedNotRecorded(ctx context.Context, ag Agent, b booted, err error) (problem string, _ error) {
 	if unavailable(err) {
 		return "", err
 	}

@@ -26,8 +26,8 @@ import (
 // which is how an operator finds out what is wrong. What was not recorded
 // is listed in the stored startup log's Problems; when the registry
 // refuses the report as a whole, or serves no whole report yet, its parts
-// are sent one by one. Only a dependency being down (503, the agent retries) or a
-// deleted machine (404) fails the request.
+// are sent one by one. Only a dependency being down (503, the agent
+// retries) or a deleted machine (404) fails the request.
 func (a *App) Report(ctx context.Context, ag Agent, rep agentapi.Report) error {
 	agentRequests.WithLabelValues("report").Inc()
 	if err := report.BootedRevision(rep.BootedRevision); err != nil {
@@ -109,7 +109,7 @@ func (a *App) reportPartByPart(ctx context.Context, ag Agent, hardware *regapi.R
 		return problems, nil
 	}
 	if err := a.Registry.Command(ctx, ag.Org, ag.UUID, *b.report); err != nil {
-		problem, err := b.notRecorded(ctx, a, ag, err)
+		problem, err := a.bootedNotRecorded(ctx, ag, b, err)
 		if err != nil {
 			return nil, err
 		}
