@@ -25,9 +25,11 @@ const RebootingReason = "NodeRebooting"
 // reconcileNode makes the Node of this boot what it should be: created if
 // missing, with the kubelet's standard labels, the labels and taints from
 // Ignition, and either handed to kwok (which keeps it Ready) or, when the
-// machine never joins, NotReady. A Node that kwok kept through a reboot
-// with the same labels is only reported Ready again, in one patch of its
-// status, as a kubelet that comes back does.
+// machine never joins, NotReady. A Node that kwok kept through a reboot is
+// only reported Ready again, in one patch of its status, as a kubelet that
+// comes back does: a kubelet applies its --node-labels and registration
+// taints only to a Node it creates, so a new revision's labels are not put
+// on an existing Node here (the rollout puts them there as it uncordons).
 func (m *Machine) reconcileNode(ctx context.Context, bc *BootConfig) {
 	kube := m.fleet.cfg.Kube
 	if kube == nil {
@@ -52,7 +54,7 @@ func (m *Machine) reconcileNode(ctx context.Context, bc *BootConfig) {
 		"kubernetes.io/arch":     "amd64",
 	}
 	maps.Copy(labels, bc.NodeLabels)
-	if join && rebooting && maps.Equal(labels, prevApplied) {
+	if join && rebooting {
 		gone, err := m.setReady(ctx, bc.NodeName)
 		if err != nil {
 			m.emit(EventError, fmt.Sprintf("node %s Ready: %v", bc.NodeName, err))

@@ -238,15 +238,6 @@ func (c *cluster) Cordon(ctx context.Context, name, by string) (app.NodeInfo, er
 	return nodeInfo(n), nil
 }
 
-func (c *cluster) Uncordon(ctx context.Context, name string) error {
-	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:null}},"spec":{"unschedulable":null}}`, app.CordonedByAnnotation)
-	_, err := c.patchNode(ctx, name, patch)
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	return kubeErr("uncordoning node "+name, err)
-}
-
 func (c *cluster) DeleteNode(ctx context.Context, name string) error {
 	err := c.cs.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{})
 	if apierrors.IsNotFound(err) {

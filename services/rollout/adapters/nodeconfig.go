@@ -99,25 +99,75 @@ func applyNodeConfig(n *corev1.Node, want app.NodeConfig) bool {
 	return changed
 }
 
-func (c *cluster) ReconcileNode(ctx context.Context, name string, want app.NodeConfig) error {
-	// The watch's copy says whether anything is to change, which for most
-	// rollouts nothing is; a change is made on a fresh read.
-	if n, err := c.node(ctx, name); err == nil && !applyNodeConfig(n.DeepCopy(), want) {
-		return nil
-	}
+// Uncordon implements app.Cluster: one merge patch marks the node
+// schedulable, drops the cordon note and, with want, gives it the
+// revision's labels and taints. It is computed from the watch's copy; only
+// a change of taints (a list the API server replaces whole) carries that
+// copy's resourceVersion, and a conflict computes it again from a fresh
+// read. Labels and annotations merge key by key, so a stale copy costs
+// nothing there.
+func (c *cluster) Uncordon(ctx context.Context, name string, want *app.NodeConfig) error {
+	fresh := false
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		n, err := c.cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		var n *corev1.Node
+		var err error
+		if fresh {
+			n, err = c.cs.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		} else {
+			n, err = c.node(ctx, name)
+		}
+		fresh = true
 		if err != nil {
 			return err
 		}
-		if !applyNodeConfig(n, want) {
-			return nil
+		patch, err := uncordonPatch(n, want)
+		if err != nil {
+			return err
 		}
-		_, err = c.cs.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{FieldManager: "anvil-rollout"})
+		_, err = c.patchNode(ctx, name, string(patch))
 		return err
 	})
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
-	return kubeErr("setting node "+name+"'s labels and taints", err)
+	what := "uncordoning node " + name
+	if want != nil {
+		what += " with its revision's labels and taints"
+	}
+	return kubeErr(what, err)
+}
+
+// uncordonPatch is the merge patch that uncordons n and, with want, makes
+// it carry want (as applyNodeConfig would change it).
+func uncordonPatch(n *corev1.Node, want *app.NodeConfig) ([]byte, error) {
+	annotations := map[string]any{app.CordonedByAnnotation: nil}
+	spec := map[string]any{"unschedulable": nil}
+	meta := map[string]any{"annotations": annotations}
+	if want != nil {
+		after := n.DeepCopy()
+		if applyNodeConfig(after, *want) {
+			labels := map[string]any{}
+			for k := range n.Labels {
+				if _, ok := after.Labels[k]; !ok {
+					labels[k] = nil
+				}
+			}
+			for k, v := range after.Labels {
+				if old, ok := n.Labels[k]; !ok || old != v {
+					labels[k] = v
+				}
+			}
+			if len(labels) > 0 {
+				meta["labels"] = labels
+			}
+			if v := after.Annotations[ManagedNodeConfigAnnotation]; v != n.Annotations[ManagedNodeConfigAnnotation] {
+				annotations[ManagedNodeConfigAnnotation] = v
+			}
+			if !slices.EqualFunc(n.Spec.Taints, after.Spec.Taints, func(a, b corev1.Taint) bool { return a.MatchTaint(&b) && a.Value == b.Value }) {
+				spec["taints"] = after.Spec.Taints
+				meta["resourceVersion"] = n.ResourceVersion
+			}
+		}
+	}
+	return json.Marshal(map[string]any{"metadata": meta, "spec": spec})
 }

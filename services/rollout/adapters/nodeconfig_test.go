@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/anvil-fleet/anvil/services/rollout/app"
@@ -75,6 +76,51 @@ func TestApplyNodeConfig(t *testing.T) {
 			}
 			if again := applyNodeConfig(tc.in, tc.want); again {
 				t.Error("a second apply changed the node again")
+			}
+		})
+	}
+}
+
+func TestUncordonPatch(t *testing.T) {
+	taint := func(k, v string) corev1.Taint {
+		return corev1.Taint{Key: k, Value: v, Effect: corev1.TaintEffectNoSchedule}
+	}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", ResourceVersion: "42",
+		Labels:      map[string]string{"gen": "1", "old": "x", "theirs": "y"},
+		Annotations: map[string]string{ManagedNodeConfigAnnotation: `{"labels":["gen","old"],"taints":["dedicated:NoSchedule"]}`, app.CordonedByAnnotation: "rollout/r1"}},
+		Spec: corev1.NodeSpec{Unschedulable: true, Taints: []corev1.Taint{taint("dedicated", "m")}}}
+	for _, tc := range []struct {
+		name string
+		want *app.NodeConfig
+		// The patch as JSON (encoding/json sorts map keys).
+		patch string
+	}{{
+		name:  "a release only uncordons",
+		patch: `{"metadata":{"annotations":{"anvil.dev/cordoned-by":null}},"spec":{"unschedulable":null}}`,
+	}, {
+		name:  "nothing of the revision to change",
+		want:  &app.NodeConfig{Labels: map[string]string{"gen": "1", "old": "x"}, Taints: []app.NodeTaint{{Key: "dedicated", Value: "m", Effect: "NoSchedule"}}},
+		patch: `{"metadata":{"annotations":{"anvil.dev/cordoned-by":null}},"spec":{"unschedulable":null}}`,
+	}, {
+		name: "labels merge key by key: no precondition",
+		want: &app.NodeConfig{Labels: map[string]string{"gen": "2"}, Taints: []app.NodeTaint{{Key: "dedicated", Value: "m", Effect: "NoSchedule"}}},
+		patch: `{"metadata":{"annotations":{"anvil.dev/cordoned-by":null,"anvil.dev/managed-node-config":"{\"labels\":[\"gen\"],\"taints\":[\"dedicated:NoSchedule\"]}"},` +
+			`"labels":{"gen":"2","old":null}},"spec":{"unschedulable":null}}`,
+	}, {
+		name: "a taint's change sends the whole list, on the copy's version",
+		want: &app.NodeConfig{Labels: map[string]string{"gen": "1", "old": "x"}, Taints: []app.NodeTaint{{Key: "dedicated", Value: "metal", Effect: "NoSchedule"}}},
+		patch: `{"metadata":{"annotations":{"anvil.dev/cordoned-by":null},"resourceVersion":"42"},` +
+			`"spec":{"taints":[{"key":"dedicated","value":"metal","effect":"NoSchedule"}],"unschedulable":null}}`,
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := node.DeepCopy()
+			patch, err := uncordonPatch(node, tc.want)
+			must(t, err)
+			if string(patch) != tc.patch {
+				t.Errorf("patch\n %s\nwant\n %s", patch, tc.patch)
+			}
+			if !equality.Semantic.DeepEqual(node, before) {
+				t.Error("the node it was computed from changed")
 			}
 		})
 	}

@@ -106,8 +106,12 @@ type Cluster interface {
 	// Cordon marks the node unschedulable, noting who cordoned it, and
 	// returns the node as it is then.
 	Cordon(ctx context.Context, name, by string) (NodeInfo, error)
-	// Uncordon marks it schedulable; a missing node is not an error.
-	Uncordon(ctx context.Context, name string) error
+	// Uncordon marks it schedulable and, with want, in the same write
+	// gives it the labels and taints of the revision it now runs and
+	// removes the ones anvil set earlier that the revision no longer has;
+	// labels and taints set by others stay. A missing node is not an
+	// error.
+	Uncordon(ctx context.Context, name string, want *NodeConfig) error
 	// Drain evicts the node's pods until none is left or ctx ends.
 	Drain(ctx context.Context, name string, o DrainOptions) error
 	// DeleteNode removes the Node object (a deleted machine).
@@ -117,11 +121,6 @@ type Cluster interface {
 	// the Node is gone or reports another boot at the moment of the
 	// delete, so that a new boot's registration is never removed.
 	DeleteNodeOfBoot(ctx context.Context, name, bootID string) (bool, error)
-	// ReconcileNode gives the node the labels and taints of the revision
-	// it now runs, and removes the ones anvil set earlier that the
-	// revision no longer has; labels and taints set by others stay. A
-	// missing node is not an error.
-	ReconcileNode(ctx context.Context, name string, want NodeConfig) error
 	Budgets(ctx context.Context, nodes []string) ([]checks.Budget, error)
 	// NodeChanged returns a channel closed at the node's next change.
 	NodeChanged(name string) <-chan struct{}

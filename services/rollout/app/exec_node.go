@@ -136,8 +136,9 @@ func (x *executor) uncordon(ctx context.Context) {
 		if err != nil {
 			return false, err
 		}
+		var want *NodeConfig
 		if !x.act.Release {
-			want, err := x.nodeConfig(ctx)
+			w, err := x.nodeConfig(ctx)
 			switch {
 			case errs.KindOf(err) == errs.KindNotFound:
 				// The machine or its pool is gone: only the uncordon is left.
@@ -145,12 +146,10 @@ func (x *executor) uncordon(ctx context.Context) {
 			case err != nil:
 				return false, err
 			default:
-				if err := cl.ReconcileNode(ctx, x.act.Node, want); err != nil {
-					return false, err
-				}
+				want = &w
 			}
 		}
-		if err := cl.Uncordon(ctx, x.act.Node); err != nil {
+		if err := cl.Uncordon(ctx, x.act.Node, want); err != nil {
 			return false, err
 		}
 		if x.act.Release && x.machine.CurrentRevision > 0 {

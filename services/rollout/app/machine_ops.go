@@ -340,7 +340,7 @@ func (a *App) runOperationStep(ctx context.Context, org string, st machineop.Sta
 		}
 		return "no evictable pod left", err
 	case machineop.StepUncordon:
-		return "node uncordoned", cl.Uncordon(ctx, st.Node)
+		return "node uncordoned", cl.Uncordon(ctx, st.Node, nil)
 	case machineop.StepDeleteNode:
 		if err := cl.DeleteNode(ctx, st.Node); err != nil {
 			return "", err
