@@ -30,6 +30,9 @@ const RebootingReason = "NodeRebooting"
 // comes back does: a kubelet applies its --node-labels and registration
 // taints only to a Node it creates, so a new revision's labels are not put
 // on an existing Node here (the rollout puts them there as it uncordons).
+// A Node that kwok let go of (a reboot that hung, a machine that never
+// joins) is registered again in one patch, which, unlike a kubelet's,
+// also sets the labels from Ignition (as the simulator always did there).
 func (m *Machine) reconcileNode(ctx context.Context, bc *BootConfig) {
 	kube := m.fleet.cfg.Kube
 	if kube == nil {
@@ -120,7 +123,7 @@ func (m *Machine) reconcileNode(ctx context.Context, bc *BootConfig) {
 	}
 	if patched != nil && readyReason(patched) == RebootingReason {
 		// kwok leaves a node that reports RebootingReason alone: this one
-		// rebooted with other labels, or before this simulator started.
+		// rebooted before this simulator started.
 		if _, err := m.setReady(ctx, bc.NodeName); err != nil {
 			m.emit(EventError, fmt.Sprintf("node %s Ready: %v", bc.NodeName, err))
 			return

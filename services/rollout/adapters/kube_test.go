@@ -62,7 +62,6 @@ func testDeleteNodeOfBoot(t *testing.T, cp *kubeharness.ControlPlane, cl *cluste
 	if deleted, err := cl.DeleteNodeOfBoot(ctx, "missing", "boot-1"); err != nil || deleted {
 		t.Fatalf("a missing Node: deleted %v, err %v", deleted, err)
 	}
-
 }
 
 func testServerVersion(t *testing.T, cp *kubeharness.ControlPlane, cl *cluster) {

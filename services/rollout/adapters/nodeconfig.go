@@ -101,11 +101,15 @@ func applyNodeConfig(n *corev1.Node, want app.NodeConfig) bool {
 
 // Uncordon implements app.Cluster: one merge patch marks the node
 // schedulable, drops the cordon note and, with want, gives it the
-// revision's labels and taints. It is computed from the watch's copy; only
-// a change of taints (a list the API server replaces whole) carries that
-// copy's resourceVersion, and a conflict computes it again from a fresh
-// read. Labels and annotations merge key by key, so a stale copy costs
-// nothing there.
+// revision's labels and taints. It is computed from the watch's copy,
+// which is no older than the Ready status wait_ready saw on the same watch
+// after the reboot, hence newer than anvil's own last write of the node's
+// labels and taints (which labels anvil set, and so may remove, comes from
+// the copy's annotation). Every wanted label and the annotation are sent
+// whatever the copy says, so that a value someone changed since is set
+// again; only a change of taints (a list the API server replaces whole)
+// carries the copy's resourceVersion, and a conflict computes the patch
+// again from a fresh read.
 func (c *cluster) Uncordon(ctx context.Context, name string, want *app.NodeConfig) error {
 	fresh := false
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -145,28 +149,23 @@ func uncordonPatch(n *corev1.Node, want *app.NodeConfig) ([]byte, error) {
 	meta := map[string]any{"annotations": annotations}
 	if want != nil {
 		after := n.DeepCopy()
-		if applyNodeConfig(after, *want) {
-			labels := map[string]any{}
-			for k := range n.Labels {
-				if _, ok := after.Labels[k]; !ok {
-					labels[k] = nil
-				}
+		applyNodeConfig(after, *want)
+		labels := map[string]any{}
+		for k := range n.Labels {
+			if _, ok := after.Labels[k]; !ok {
+				labels[k] = nil
 			}
-			for k, v := range after.Labels {
-				if old, ok := n.Labels[k]; !ok || old != v {
-					labels[k] = v
-				}
-			}
-			if len(labels) > 0 {
-				meta["labels"] = labels
-			}
-			if v := after.Annotations[ManagedNodeConfigAnnotation]; v != n.Annotations[ManagedNodeConfigAnnotation] {
-				annotations[ManagedNodeConfigAnnotation] = v
-			}
-			if !slices.EqualFunc(n.Spec.Taints, after.Spec.Taints, func(a, b corev1.Taint) bool { return a.MatchTaint(&b) && a.Value == b.Value }) {
-				spec["taints"] = after.Spec.Taints
-				meta["resourceVersion"] = n.ResourceVersion
-			}
+		}
+		for k, v := range want.Labels {
+			labels[k] = v
+		}
+		if len(labels) > 0 {
+			meta["labels"] = labels
+		}
+		annotations[ManagedNodeConfigAnnotation] = after.Annotations[ManagedNodeConfigAnnotation]
+		if !slices.EqualFunc(n.Spec.Taints, after.Spec.Taints, func(a, b corev1.Taint) bool { return a.MatchTaint(&b) && a.Value == b.Value }) {
+			spec["taints"] = after.Spec.Taints
+			meta["resourceVersion"] = n.ResourceVersion
 		}
 	}
 	return json.Marshal(map[string]any{"metadata": meta, "spec": spec})

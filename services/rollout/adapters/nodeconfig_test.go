@@ -98,9 +98,10 @@ func TestUncordonPatch(t *testing.T) {
 		name:  "a release only uncordons",
 		patch: `{"metadata":{"annotations":{"anvil.dev/cordoned-by":null}},"spec":{"unschedulable":null}}`,
 	}, {
-		name:  "nothing of the revision to change",
-		want:  &app.NodeConfig{Labels: map[string]string{"gen": "1", "old": "x"}, Taints: []app.NodeTaint{{Key: "dedicated", Value: "m", Effect: "NoSchedule"}}},
-		patch: `{"metadata":{"annotations":{"anvil.dev/cordoned-by":null}},"spec":{"unschedulable":null}}`,
+		name: "nothing of the revision to change: its labels are sent as they are, in case the copy is behind",
+		want: &app.NodeConfig{Labels: map[string]string{"gen": "1", "old": "x"}, Taints: []app.NodeTaint{{Key: "dedicated", Value: "m", Effect: "NoSchedule"}}},
+		patch: `{"metadata":{"annotations":{"anvil.dev/cordoned-by":null,"anvil.dev/managed-node-config":"{\"labels\":[\"gen\",\"old\"],\"taints\":[\"dedicated:NoSchedule\"]}"},` +
+			`"labels":{"gen":"1","old":"x"}},"spec":{"unschedulable":null}}`,
 	}, {
 		name: "labels merge key by key: no precondition",
 		want: &app.NodeConfig{Labels: map[string]string{"gen": "2"}, Taints: []app.NodeTaint{{Key: "dedicated", Value: "m", Effect: "NoSchedule"}}},
@@ -108,8 +109,9 @@ func TestUncordonPatch(t *testing.T) {
 			`"labels":{"gen":"2","old":null}},"spec":{"unschedulable":null}}`,
 	}, {
 		name: "a taint's change sends the whole list, on the copy's version",
-		want: &app.NodeConfig{Labels: map[string]string{"gen": "1", "old": "x"}, Taints: []app.NodeTaint{{Key: "dedicated", Value: "metal", Effect: "NoSchedule"}}},
-		patch: `{"metadata":{"annotations":{"anvil.dev/cordoned-by":null},"resourceVersion":"42"},` +
+		want: &app.NodeConfig{Taints: []app.NodeTaint{{Key: "dedicated", Value: "metal", Effect: "NoSchedule"}}},
+		patch: `{"metadata":{"annotations":{"anvil.dev/cordoned-by":null,"anvil.dev/managed-node-config":"{\"taints\":[\"dedicated:NoSchedule\"]}"},` +
+			`"labels":{"gen":null,"old":null},"resourceVersion":"42"},` +
 			`"spec":{"taints":[{"key":"dedicated","value":"metal","effect":"NoSchedule"}],"unschedulable":null}}`,
 	}} {
 		t.Run(tc.name, func(t *testing.T) {

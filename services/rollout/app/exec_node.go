@@ -157,7 +157,7 @@ func (x *executor) uncordon(ctx context.Context) {
 				return false, err
 			}
 		}
-		if x.act.Release {
+		if want == nil {
 			x.succeed(ctx, "node uncordoned")
 		} else {
 			x.succeed(ctx, fmt.Sprintf("node uncordoned, with revision %d's labels and taints", x.revision))
