@@ -617,8 +617,9 @@ func (s *stack) countEvents(org, id string) int {
 	return n
 }
 
-// baselineTimeout bounds the floor's work as a whole (its publishes and
-// patches have no deadline of their own).
+// baselineTimeout bounds the floor's work as a whole: its patches have no
+// deadline of their own, and its publishes would each take jetstream's
+// 5 s default had their context none.
 const baselineTimeout = 30 * time.Minute
 
 // baseline does the bare external work of a rollout with the same
@@ -634,7 +635,7 @@ func (s *stack) baseline(b *testing.B, kube kubernetes.Interface, pool string, n
 	// once while the fleet's agents keep heartbeating) a publish waited
 	// more than 5 s for its answer, which failed the benchmark after a
 	// rollout that had succeeded.
-	ctx, cancel := context.WithTimeout(context.Background(), baselineTimeout)
+	ctx, cancel := context.WithTimeout(s.ctx, baselineTimeout)
 	defer cancel()
 	_, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "BASELINE", Subjects: []string{"baseline.>"}, Storage: jetstream.FileStorage})
 	must(b, err)
