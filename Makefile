@@ -123,9 +123,12 @@ BENCH_CHECK_TIMEOUT ?= 10m
 BENCH_OUT ?= bench.out
 bench: ## benchmarks, each reported against a baseline measured in the same run, then one table of them all (ANVIL_BENCH_SCALE=tiny|full|0.1 sets their size)
 	@echo "load average before: $$(cut -d' ' -f1-3 /proc/loadavg)" | tee "$(BENCH_OUT)"
-	$(GO) test -p 1 -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) -benchmem -timeout $(BENCH_TIMEOUT) $(PKGS) 2>&1 | tee -a "$(BENCH_OUT)"
-	@echo "load average after: $$(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$(BENCH_OUT)"
-	@echo; $(GO) run ./libs/events/eventstest/benchtable/cmd/anvil-benchtable < "$(BENCH_OUT)"
+	@# The table is printed whatever happened, a failed benchmark marked
+	@# FAILED in it; make bench fails after it if a benchmark did.
+	@rc=0; (set -x; $(GO) test -p 1 -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) -benchmem -timeout $(BENCH_TIMEOUT) $(PKGS)) 2>&1 | tee -a "$(BENCH_OUT)" || rc=$$?; \
+	echo "load average after: $$(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$(BENCH_OUT)"; \
+	echo; $(GO) run ./libs/events/eventstest/benchtable/cmd/anvil-benchtable < "$(BENCH_OUT)" || rc=1; \
+	exit $$rc
 
 # The end-to-end benchmark (mostly building binaries and waiting for its
 # processes) runs beside the others: go test runs benchmarks one package

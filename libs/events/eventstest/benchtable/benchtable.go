@@ -22,7 +22,17 @@ type Result struct {
 	// Ratios are the figures measured against a baseline of the same run
 	// (see IsRatio); Figures every other reported metric.
 	Ratios, Figures []Metric
+	// Outcome is "" for a benchmark that passed, else Failed or Skipped
+	// (its "--- FAIL:" or "--- SKIP:" line): a failed benchmark usually
+	// reports nothing, and must not just be missing from the table.
+	Outcome string
 }
+
+// The outcomes of benchmarks that did not pass.
+const (
+	Failed  = "FAILED"
+	Skipped = "skipped"
+)
 
 // Metric is one value a benchmark reported, with its unit as named.
 type Metric struct {
@@ -42,10 +52,15 @@ func IsRatio(unit string) bool {
 		strings.HasSuffix(unit, "_x") || strings.Contains(unit, "_vs_")
 }
 
-var lineRE = regexp.MustCompile(`^Benchmark(\S+?)(?:-\d+)?\s+\d+\s+(.*)$`)
+var (
+	lineRE    = regexp.MustCompile(`^Benchmark(\S+?)(?:-\d+)?\s+\d+\s+(.*)$`)
+	outcomeRE = regexp.MustCompile(`^\s*--- (FAIL|SKIP): Benchmark(\S+?)(?:-\d+)?(?:\s|$)`)
+)
 
-// Parse reads `go test -bench` output. Lines that are not benchmark
-// results (logs, PASS, ok) only set the package.
+// Parse reads `go test -bench` output. A benchmark's "--- FAIL:" or
+// "--- SKIP:" line sets the Outcome of its result, or adds a result
+// without metrics when it reported none; other lines that are not
+// benchmark results (logs, PASS, ok) only set the package.
 func Parse(r io.Reader) ([]Result, error) {
 	var out []Result
 	pkg := ""
@@ -55,6 +70,14 @@ func Parse(r io.Reader) ([]Result, error) {
 		line := sc.Text()
 		if p, ok := strings.CutPrefix(line, "pkg: "); ok {
 			pkg = strings.TrimSpace(p)
+			continue
+		}
+		if m := outcomeRE.FindStringSubmatch(line); m != nil {
+			outcome := Failed
+			if m[1] == "SKIP" {
+				outcome = Skipped
+			}
+			out = setOutcome(out, pkg, m[2], outcome)
 			continue
 		}
 		m := lineRE.FindStringSubmatch(line)
@@ -79,15 +102,62 @@ func Parse(r io.Reader) ([]Result, error) {
 		}
 		out = append(out, res)
 	}
-	return out, sc.Err()
+	return withoutParents(out), sc.Err()
 }
 
-// Write prints results as one Markdown table, in the order they ran.
+// withoutParents drops the rows of benchmarks that only ran
+// sub-benchmarks (go test reports "--- FAIL:" for the parent of a failed
+// sub-benchmark too, and no results for it): the sub-benchmarks' rows
+// say what failed.
+func withoutParents(rs []Result) []Result {
+	return slices.DeleteFunc(rs, func(r Result) bool {
+		if len(r.Ratios)+len(r.Figures) > 0 {
+			return false
+		}
+		return slices.ContainsFunc(rs, func(o Result) bool {
+			return o.Package == r.Package && strings.HasPrefix(o.Name, r.Name+"/")
+		})
+	})
+}
+
+// setOutcome marks the package's benchmark name with outcome, or adds it
+// when it reported no line of results (a parent benchmark whose
+// sub-benchmark failed has its own line; its sub-benchmarks keep theirs).
+func setOutcome(out []Result, pkg, name, outcome string) []Result {
+	for i := len(out) - 1; i >= 0 && out[i].Package == pkg; i-- {
+		if out[i].Name == name {
+			out[i].Outcome = outcome
+			return out
+		}
+	}
+	return append(out, Result{Package: pkg, Name: name, Outcome: outcome})
+}
+
+// Failures counts the results that failed.
+func Failures(results []Result) int {
+	n := 0
+	for _, r := range results {
+		if r.Outcome == Failed {
+			n++
+		}
+	}
+	return n
+}
+
+// Write prints results as one Markdown table, in the order they ran; a
+// benchmark that failed or was skipped says so before its figures.
 func Write(w io.Writer, results []Result) error {
 	var b strings.Builder
 	b.WriteString("| package | benchmark | against its baseline | figures |\n| --- | --- | --- | --- |\n")
 	for _, r := range results {
-		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", shortPackage(r.Package), r.Name, join(r.Ratios), join(r.Figures))
+		ratios := join(r.Ratios)
+		if r.Outcome != "" {
+			ratios = "**" + r.Outcome + "**"
+			if len(r.Ratios) > 0 {
+				ratios += ", " + join(r.Ratios)
+			}
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", shortPackage(r.Package), r.Name, ratios, join(r.Figures))
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

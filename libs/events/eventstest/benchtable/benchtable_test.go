@@ -64,3 +64,53 @@ func TestIsRatio(t *testing.T) {
 		}
 	}
 }
+
+// A failed benchmark, which reports no line of results, and a skipped one
+// are rows of the table that say so; the parent of a failed
+// sub-benchmark is not a row of its own.
+func TestFailedAndSkipped(t *testing.T) {
+	const out = `pkg: github.com/anvil-fleet/anvil/services/rollout/service
+BenchmarkRollout1000-2   	       1	66577361847 ns/op	         8.682 floor_s	        32.49 total_s	         3.742 x_floor
+--- BENCH: BenchmarkRollout1000-2
+    bench_test.go:87: size: 1000 machines
+--- FAIL: BenchmarkRollout10000
+    bench_test.go:647: context deadline exceeded
+pkg: github.com/anvil-fleet/anvil/services/boot/service
+--- FAIL: BenchmarkBootStorm
+    --- FAIL: BenchmarkBootStorm/cold
+        boot_test.go:10: boom
+BenchmarkBootStorm/prepared-2   	       1	16666005267 ns/op	        17.12 x_baseline_first
+--- SKIP: BenchmarkStart
+    harness_test.go:5: no Kubernetes binaries
+FAIL
+`
+	rs, err := Parse(strings.NewReader(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range rs {
+		got = append(got, r.Name+":"+r.Outcome)
+	}
+	want := []string{"Rollout1000:", "Rollout10000:FAILED", "BootStorm/cold:FAILED", "BootStorm/prepared:", "Start:skipped"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("rows %v, want %v", got, want)
+	}
+	if n := Failures(rs); n != 2 {
+		t.Errorf("Failures = %d, want 2", n)
+	}
+	var b strings.Builder
+	if err := Write(&b, rs); err != nil {
+		t.Fatal(err)
+	}
+	for _, row := range []string{
+		"| services/rollout/service | Rollout1000 | x_floor 3.74 | floor_s 8.68, total_s 32.49 |",
+		"| services/rollout/service | Rollout10000 | **FAILED** | — |",
+		"| services/boot/service | BootStorm/cold | **FAILED** | — |",
+		"| services/boot/service | Start | **skipped** | — |",
+	} {
+		if !strings.Contains(b.String(), row) {
+			t.Errorf("table lacks %q:\n%s", row, b.String())
+		}
+	}
+}

@@ -17,6 +17,9 @@ func main() {
 	if err == nil {
 		err = benchtable.Write(os.Stdout, results)
 	}
+	if n := benchtable.Failures(results); err == nil && n > 0 {
+		err = fmt.Errorf("benchmarks failed: %d (FAILED in the table; their logs are in the input)", n)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "anvil-benchtable:", err)
 		os.Exit(1)
