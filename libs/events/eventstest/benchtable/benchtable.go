@@ -53,17 +53,31 @@ func IsRatio(unit string) bool {
 }
 
 var (
-	lineRE    = regexp.MustCompile(`^Benchmark(\S+?)(?:-\d+)?\s+\d+\s+(.*)$`)
-	outcomeRE = regexp.MustCompile(`^\s*--- (FAIL|SKIP): Benchmark(\S+?)(?:-\d+)?(?:\s|$)`)
+	lineRE = regexp.MustCompile(`^Benchmark(\S+?)(?:-\d+)?\s+\d+\s+(.*)$`)
+	// A failure in the first run of a benchmark is a line of its own; in a
+	// later run (a -benchtime other than 1x, -count) it follows the name
+	// that go test printed before the run, on the same line.
+	outcomeRE = regexp.MustCompile(`(?:^|\s)--- (FAIL|SKIP): Benchmark(\S+?)(?:-\d+)?(?:\s|$)`)
+	// endRE is the line that ends a package's output ("ok  \t<pkg>\t3.1s",
+	// "FAIL\t<pkg>\t12.0s", "FAIL\t<pkg> [build failed]").
+	endRE = regexp.MustCompile(`^(ok|FAIL)\s+(\S+)(?:\s+(?:[\d.]+s|\(cached\)|\[[^]]*\])|\s*$)`)
 )
 
-// Parse reads `go test -bench` output. A benchmark's "--- FAIL:" or
-// "--- SKIP:" line sets the Outcome of its result, or adds a result
-// without metrics when it reported none; other lines that are not
-// benchmark results (logs, PASS, ok) only set the package.
+// PackageRun names the row of a package whose run failed with no
+// benchmark marked failed: a panic, a timeout, a build that failed.
+const PackageRun = "(the package's run)"
+
+// Parse reads `go test -bench` output. A benchmark's "--- FAIL:" line
+// (or "--- SKIP:", which go test writes with -v) sets the Outcome of its
+// result, or adds a result without metrics when it reported none. The
+// line that ends a package's output gives the package of every result
+// since the one before: go test writes "pkg:" only once a benchmark of
+// the package has run once, after the failure of a first one. Other
+// lines (logs, PASS) are skipped.
 func Parse(r io.Reader) ([]Result, error) {
 	var out []Result
 	pkg := ""
+	block := 0 // the first result of the package being read
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64*1024), 4<<20)
 	for sc.Scan() {
@@ -72,12 +86,24 @@ func Parse(r io.Reader) ([]Result, error) {
 			pkg = strings.TrimSpace(p)
 			continue
 		}
+		if m := endRE.FindStringSubmatch(line); m != nil {
+			failed := false
+			for i := block; i < len(out); i++ {
+				out[i].Package = m[2]
+				failed = failed || out[i].Outcome == Failed
+			}
+			if m[1] == "FAIL" && !failed {
+				out = append(out, Result{Package: m[2], Name: PackageRun, Outcome: Failed})
+			}
+			block, pkg = len(out), ""
+			continue
+		}
 		if m := outcomeRE.FindStringSubmatch(line); m != nil {
 			outcome := Failed
 			if m[1] == "SKIP" {
 				outcome = Skipped
 			}
-			out = setOutcome(out, pkg, m[2], outcome)
+			out = setOutcome(out, block, pkg, m[2], outcome)
 			continue
 		}
 		m := lineRE.FindStringSubmatch(line)
@@ -102,35 +128,35 @@ func Parse(r io.Reader) ([]Result, error) {
 		}
 		out = append(out, res)
 	}
-	return withoutParents(out), sc.Err()
+	return withoutFailedParents(out), sc.Err()
 }
 
-// withoutParents drops the rows of benchmarks that only ran
-// sub-benchmarks (go test reports "--- FAIL:" for the parent of a failed
-// sub-benchmark too, and no results for it): the sub-benchmarks' rows
-// say what failed.
-func withoutParents(rs []Result) []Result {
-	return slices.DeleteFunc(rs, func(r Result) bool {
-		if len(r.Ratios)+len(r.Figures) > 0 {
-			return false
-		}
-		return slices.ContainsFunc(rs, func(o Result) bool {
-			return o.Package == r.Package && strings.HasPrefix(o.Name, r.Name+"/")
-		})
-	})
-}
-
-// setOutcome marks the package's benchmark name with outcome, or adds it
-// when it reported no line of results (a parent benchmark whose
-// sub-benchmark failed has its own line; its sub-benchmarks keep theirs).
-func setOutcome(out []Result, pkg, name, outcome string) []Result {
-	for i := len(out) - 1; i >= 0 && out[i].Package == pkg; i-- {
+// setOutcome marks the result of the package being read (out[block:])
+// named name with outcome, or adds one without metrics when it reported
+// none.
+func setOutcome(out []Result, block int, pkg, name, outcome string) []Result {
+	for i := len(out) - 1; i >= block; i-- {
 		if out[i].Name == name {
 			out[i].Outcome = outcome
 			return out
 		}
 	}
 	return append(out, Result{Package: pkg, Name: name, Outcome: outcome})
+}
+
+// withoutFailedParents drops the rows of benchmarks that only ran
+// sub-benchmarks and failed because one of them did (go test reports
+// "--- FAIL:" for the parent too, with no results): the sub-benchmark's
+// row says what failed.
+func withoutFailedParents(rs []Result) []Result {
+	return slices.DeleteFunc(slices.Clone(rs), func(r Result) bool {
+		if r.Outcome != Failed || len(r.Ratios)+len(r.Figures) > 0 {
+			return false
+		}
+		return slices.ContainsFunc(rs, func(o Result) bool {
+			return o.Package == r.Package && o.Outcome == Failed && strings.HasPrefix(o.Name, r.Name+"/")
+		})
+	})
 }
 
 // Failures counts the results that failed.

@@ -65,23 +65,46 @@ func TestIsRatio(t *testing.T) {
 	}
 }
 
-// A failed benchmark, which reports no line of results, and a skipped one
-// are rows of the table that say so; the parent of a failed
-// sub-benchmark is not a row of its own.
+// Failed and skipped benchmarks are rows of the table that say so, laid
+// out as go test writes them: a failure in a benchmark's first run before
+// the package's "pkg:" line (go test writes it once a benchmark has run
+// once), a sub-benchmark's failure before its parent's, a failure in a
+// later run after the benchmark's name, a package whose run failed with
+// no benchmark marked (a panic, a timeout), a skip (-v).
 func TestFailedAndSkipped(t *testing.T) {
-	const out = `pkg: github.com/anvil-fleet/anvil/services/rollout/service
+	const out = `goos: linux
+goarch: amd64
+--- FAIL: BenchmarkIgnitionFirst
+    boot_test.go:10: no render
+pkg: github.com/anvil-fleet/anvil/services/boot/service
+cpu: AMD EPYC
+BenchmarkBootStorm/prepared-2   	       1	16666005267 ns/op	        17.12 x_baseline_first
+--- FAIL: BenchmarkBootStorm/cold
+    boot_test.go:20: boom
+--- FAIL: BenchmarkBootStorm
+FAIL
+exit status 1
+FAIL	github.com/anvil-fleet/anvil/services/boot/service	52.1s
+goos: linux
+goarch: amd64
+pkg: github.com/anvil-fleet/anvil/services/rollout/service
 BenchmarkRollout1000-2   	       1	66577361847 ns/op	         8.682 floor_s	        32.49 total_s	         3.742 x_floor
 --- BENCH: BenchmarkRollout1000-2
     bench_test.go:87: size: 1000 machines
 --- FAIL: BenchmarkRollout10000
     bench_test.go:647: context deadline exceeded
-pkg: github.com/anvil-fleet/anvil/services/boot/service
---- FAIL: BenchmarkBootStorm
-    --- FAIL: BenchmarkBootStorm/cold
-        boot_test.go:10: boom
-BenchmarkBootStorm/prepared-2   	       1	16666005267 ns/op	        17.12 x_baseline_first
+BenchmarkAppend-2         	--- FAIL: BenchmarkAppend-2
+    append_test.go:5: lost an event in a later run
 --- SKIP: BenchmarkStart
     harness_test.go:5: no Kubernetes binaries
+FAIL
+exit status 1
+FAIL	github.com/anvil-fleet/anvil/services/rollout/service	1429.298s
+pkg: github.com/anvil-fleet/anvil/services/gateway/service
+BenchmarkMachineReads-2   	       1	4979855214 ns/op	         0.5837 get_ratio
+panic: test timed out after 3h0m0s
+FAIL	github.com/anvil-fleet/anvil/services/gateway/service	10800.1s
+?   	github.com/anvil-fleet/anvil/sim/cmd/anvil-sim	[no test files]
 FAIL
 `
 	rs, err := Parse(strings.NewReader(out))
@@ -90,14 +113,24 @@ FAIL
 	}
 	var got []string
 	for _, r := range rs {
-		got = append(got, r.Name+":"+r.Outcome)
+		got = append(got, shortPackage(r.Package)+" "+r.Name+":"+r.Outcome)
 	}
-	want := []string{"Rollout1000:", "Rollout10000:FAILED", "BootStorm/cold:FAILED", "BootStorm/prepared:", "Start:skipped"}
-	if strings.Join(got, " ") != strings.Join(want, " ") {
-		t.Fatalf("rows %v, want %v", got, want)
+	want := []string{
+		"services/boot/service IgnitionFirst:FAILED",
+		"services/boot/service BootStorm/prepared:",
+		"services/boot/service BootStorm/cold:FAILED",
+		"services/rollout/service Rollout1000:",
+		"services/rollout/service Rollout10000:FAILED",
+		"services/rollout/service Append:FAILED",
+		"services/rollout/service Start:skipped",
+		"services/gateway/service MachineReads:",
+		"services/gateway/service " + PackageRun + ":FAILED",
 	}
-	if n := Failures(rs); n != 2 {
-		t.Errorf("Failures = %d, want 2", n)
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("rows:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if n := Failures(rs); n != 5 {
+		t.Errorf("Failures = %d, want 5", n)
 	}
 	var b strings.Builder
 	if err := Write(&b, rs); err != nil {
@@ -106,11 +139,49 @@ FAIL
 	for _, row := range []string{
 		"| services/rollout/service | Rollout1000 | x_floor 3.74 | floor_s 8.68, total_s 32.49 |",
 		"| services/rollout/service | Rollout10000 | **FAILED** | — |",
-		"| services/boot/service | BootStorm/cold | **FAILED** | — |",
-		"| services/boot/service | Start | **skipped** | — |",
+		"| services/boot/service | IgnitionFirst | **FAILED** | — |",
+		"| services/rollout/service | Start | **skipped** | — |",
+		"| services/gateway/service | MachineReads | get_ratio 0.584 | — |",
+		"| services/gateway/service | " + PackageRun + " | **FAILED** | — |",
 	} {
 		if !strings.Contains(b.String(), row) {
 			t.Errorf("table lacks %q:\n%s", row, b.String())
 		}
+	}
+}
+
+// A benchmark that reported its figures in one run and failed in a later
+// one (-count) keeps its figures, marked FAILED, and a parent that failed
+// on its own while its sub-benchmarks passed keeps its row.
+func TestFailedAfterResults(t *testing.T) {
+	const out = `pkg: example.com/p
+BenchmarkA-2   	       1	100 ns/op	         0.9 ratio
+BenchmarkA-2   	--- FAIL: BenchmarkA-2
+    a_test.go:1: second run
+BenchmarkB/one-2   	       1	100 ns/op	         2 x_base
+--- FAIL: BenchmarkB
+    b_test.go:1: after its sub-benchmarks
+FAIL
+FAIL	example.com/p	1.0s
+`
+	rs, err := Parse(strings.NewReader(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	if err := Write(&b, rs); err != nil {
+		t.Fatal(err)
+	}
+	for _, row := range []string{
+		"| example.com/p | A | **FAILED**, ratio 0.9 | — |",
+		"| example.com/p | B/one | x_base 2 | — |",
+		"| example.com/p | B | **FAILED** | — |",
+	} {
+		if !strings.Contains(b.String(), row) {
+			t.Errorf("table lacks %q:\n%s", row, b.String())
+		}
+	}
+	if len(rs) != 3 {
+		t.Errorf("%d rows, want 3:\n%s", len(rs), b.String())
 	}
 }
