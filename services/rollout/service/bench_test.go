@@ -617,9 +617,7 @@ func (s *stack) countEvents(org, id string) int {
 	return n
 }
 
-// baselineTimeout bounds the floor's work as a whole: its patches have no
-// deadline of their own, and its publishes would each take jetstream's
-// 5 s default had their context none.
+// baselineTimeout bounds the floor's work as a whole (see baseline).
 const baselineTimeout = 30 * time.Minute
 
 // baseline does the bare external work of a rollout with the same
@@ -630,7 +628,8 @@ func (s *stack) baseline(b *testing.B, kube kubernetes.Interface, pool string, n
 	js, err := jetstream.New(s.nc)
 	must(b, err)
 	// One deadline for the whole floor instead of each publish's default
-	// 5 s: the floor measures how long the work takes, and at 10,000
+	// 5 s (the patches have none of their own): the floor measures how
+	// long the work takes, and at 10,000
 	// machines on two loaded cores (1,000 synchronous publishes queued at
 	// once while the fleet's agents keep heartbeating) a publish waited
 	// more than 5 s for its answer, which failed the benchmark after a

@@ -39,17 +39,23 @@ func TestParseAndWrite(t *testing.T) {
 	if rs[2].Name != "RenderFirst" || len(rs[2].Ratios)+len(rs[2].Figures) != 0 {
 		t.Fatalf("plain line = %+v", rs[2])
 	}
-	var out strings.Builder
-	if err := Write(&out, rs); err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{
+	tableHas(t, rs,
 		"| libs/events | AppendVsRawPublish | ratio 0.935 | append_per_s 955, raw_per_s 1021 |",
 		"| services/rollout/service | Rollout1000 | x_floor 11.25 | cordoned_drained 1000, floor_s 8, ms/machine 90, no_node 0, total_s 90 |",
 		"| services/rollout/service | RenderFirst | — | — |",
-	} {
-		if !strings.Contains(out.String(), want) {
-			t.Errorf("table lacks %q:\n%s", want, out.String())
+	)
+}
+
+// tableHas writes rs as the table and checks that it holds each row.
+func tableHas(t *testing.T, rs []Result, rows ...string) {
+	t.Helper()
+	var b strings.Builder
+	if err := Write(&b, rs); err != nil {
+		t.Fatal(err)
+	}
+	for _, row := range rows {
+		if !strings.Contains(b.String(), row) {
+			t.Errorf("table lacks %q:\n%s", row, b.String())
 		}
 	}
 }
@@ -132,22 +138,14 @@ FAIL
 	if n := Failures(rs); n != 5 {
 		t.Errorf("Failures = %d, want 5", n)
 	}
-	var b strings.Builder
-	if err := Write(&b, rs); err != nil {
-		t.Fatal(err)
-	}
-	for _, row := range []string{
+	tableHas(t, rs,
 		"| services/rollout/service | Rollout1000 | x_floor 3.74 | floor_s 8.68, total_s 32.49 |",
 		"| services/rollout/service | Rollout10000 | **FAILED** | — |",
 		"| services/boot/service | IgnitionFirst | **FAILED** | — |",
 		"| services/rollout/service | Start | **skipped** | — |",
 		"| services/gateway/service | MachineReads | get_ratio 0.584 | — |",
-		"| services/gateway/service | " + PackageRun + " | **FAILED** | — |",
-	} {
-		if !strings.Contains(b.String(), row) {
-			t.Errorf("table lacks %q:\n%s", row, b.String())
-		}
-	}
+		"| services/gateway/service | "+PackageRun+" | **FAILED** | — |",
+	)
 }
 
 // A benchmark that reported its figures in one run and failed in a later
@@ -168,20 +166,12 @@ FAIL	example.com/p	1.0s
 	if err != nil {
 		t.Fatal(err)
 	}
-	var b strings.Builder
-	if err := Write(&b, rs); err != nil {
-		t.Fatal(err)
-	}
-	for _, row := range []string{
+	tableHas(t, rs,
 		"| example.com/p | A | **FAILED**, ratio 0.9 | — |",
 		"| example.com/p | B/one | x_base 2 | — |",
 		"| example.com/p | B | **FAILED** | — |",
-	} {
-		if !strings.Contains(b.String(), row) {
-			t.Errorf("table lacks %q:\n%s", row, b.String())
-		}
-	}
+	)
 	if len(rs) != 3 {
-		t.Errorf("%d rows, want 3:\n%s", len(rs), b.String())
+		t.Errorf("%d rows, want 3: %+v", len(rs), rs)
 	}
 }
