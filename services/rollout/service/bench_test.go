@@ -629,11 +629,10 @@ func (s *stack) baseline(b *testing.B, kube kubernetes.Interface, pool string, n
 	must(b, err)
 	// One deadline for the whole floor instead of each publish's default
 	// 5 s (the patches have none of their own): the floor measures how
-	// long the work takes, and at 10,000
-	// machines on two loaded cores (1,000 synchronous publishes queued at
-	// once while the fleet's agents keep heartbeating) a publish waited
-	// more than 5 s for its answer, which failed the benchmark after a
-	// rollout that had succeeded.
+	// long the work takes, and at 10,000 machines on two loaded cores
+	// (1,000 synchronous publishes queued at once while the fleet's agents
+	// keep heartbeating) a publish waited more than 5 s for its answer,
+	// which failed the benchmark after a rollout that had succeeded.
 	ctx, cancel := context.WithTimeout(s.ctx, baselineTimeout)
 	defer cancel()
 	_, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "BASELINE", Subjects: []string{"baseline.>"}, Storage: jetstream.FileStorage})
