@@ -180,11 +180,14 @@ func TestConfirmWaitsShareBatches(t *testing.T) {
 	if len(sizes) > 2*confirmFlights {
 		t.Fatalf("%d requests took %d batches %v, want at most %d", n, len(sizes), sizes, 2*confirmFlights)
 	}
-	k.cmu.Lock()
-	defer k.cmu.Unlock()
-	if k.confirmFlying != 0 || len(k.confirmQueue) != 0 {
-		t.Fatalf("flights %d, queue %d after every answer", k.confirmFlying, len(k.confirmQueue))
-	}
+	// A flight gives its place back after it answered its last batch, when
+	// it finds the queue empty: the waiters may return before that.
+	eventstest.Eventually(t, "every flight ended, the queue empty", 10*time.Second, time.Millisecond, func() (bool, string) {
+		k.cmu.Lock()
+		defer k.cmu.Unlock()
+		return k.confirmFlying == 0 && len(k.confirmQueue) == 0,
+			fmt.Sprintf("flights %d, queue %d after every answer", k.confirmFlying, len(k.confirmQueue))
+	})
 }
 
 // A registry that takes no batches (none answers the subject: a rolling
