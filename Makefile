@@ -10,14 +10,11 @@ MODULES := $(shell sed -n '/^use (/,/^)/{s/^[[:space:]]*\.\///p}' go.work)
 PKGS := $(addprefix ./,$(addsuffix /...,$(MODULES)))
 
 # The packages make test starts first, longest first: go test runs them
-# two at a time (-p is the core count) in the order it is given them.
+# two at a time (-p is the core count) in the order it is given them, and
+# the rollout service's scenarios (about 280 s, mostly waiting on their
+# machines) came last and ran alone for minutes after everything else.
 # Listed again in PKGS, each runs once.
-TEST_FIRST ?= ./e2e/... ./faults/... ./deploy/helm/charttest/...
-# The packages whose tests mostly wait, run by a go test of their own
-# beside the others: the rollout service's scenarios (about 300 s, on
-# simulated machines) took one of the two places for minutes while using
-# a fraction of a core; in the one go test they ran last, alone.
-TEST_BESIDE ?= ./services/rollout/service
+TEST_FIRST ?= ./e2e/... ./services/rollout/service/... ./faults/... ./deploy/helm/charttest/...
 
 TEST_TIMEOUT ?= 35m
 TESTFLAGS ?=
@@ -70,15 +67,7 @@ demo: kube-bins ## the seed story with live progress on a real control plane, th
 
 test: deps ## go test -race over every module, then every benchmark once at its tiny size (bench-check)
 	bash tools/contracts/check.sh
-	@beside=$$(mktemp); pid=; rest=$$($(GO) list $(TEST_FIRST) $(PKGS)); \
-	if [ -n "$(strip $(TEST_BESIDE))" ]; then \
-		rest=$$(grep -vxF "$$($(GO) list $(TEST_BESIDE))" <<<"$$rest"); \
-		echo "go test -race $(TEST_BESIDE) runs beside the rest; its output follows theirs"; \
-		$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TESTFLAGS) $(TEST_BESIDE) >"$$beside" 2>&1 & pid=$$!; \
-	fi; \
-	echo "go test -race -count=1 -timeout $(TEST_TIMEOUT) $(TESTFLAGS) <$$(wc -l <<<"$$rest") packages: $(TEST_FIRST) first, then $(PKGS)>"; \
-	rc=0; $(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TESTFLAGS) $$rest || rc=1; \
-	if [ -n "$$pid" ]; then wait $$pid || rc=1; cat "$$beside"; fi; rm -f "$$beside"; exit $$rc
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) $(TESTFLAGS) $(TEST_FIRST) $(PKGS)
 	$(MAKE) --no-print-directory bench-check
 
 deps: qemu chromium kube-bins node-bins testos ## what the tests need beyond Go, installed or built once and cached
