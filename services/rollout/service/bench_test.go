@@ -17,6 +17,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -26,6 +27,7 @@ import (
 	"github.com/anvil-fleet/anvil/libs/kubeharness"
 	regapi "github.com/anvil-fleet/anvil/services/registry/api"
 	"github.com/anvil-fleet/anvil/services/rollout/api"
+	"github.com/anvil-fleet/anvil/services/rollout/app"
 	"github.com/anvil-fleet/anvil/services/rollout/domain/rollout"
 	"github.com/anvil-fleet/anvil/services/rollout/service"
 	"github.com/anvil-fleet/anvil/sim"
@@ -49,7 +51,9 @@ const memNetworkFrom = 4000
 // the bare external work takes with the same parallelism (floor_s): per
 // machine a cordon and an uncordon patch on the real API server, with a
 // client of the rollout's limits, and one raw JetStream publish per event
-// the rollout appends; how long its driver spent appending (append_s); and
+// the rollout appends; the Kubernetes side of the rollout alone
+// (kube_floor_s, see kubeFloor); how long its driver spent appending
+// (append_s); and
 // how many machines took each path (cordoned and drained, provisioned
 // without a node). Where a machine's time went, step by step, and the
 // appends' figures are printed to stderr.
@@ -185,9 +189,14 @@ func benchRollout(b *testing.B, full int) {
 		}
 		events := s.countEvents(org, r.ID)
 		floor := s.baseline(b, kube, pool, n, events/n)
+		kubeBefore2 := s.sampleCPU(b)
+		kubeFloor := s.kubeFloor(b, kube, pool, n)
+		kubeFloorCPU := cpuReport("the Kubernetes floor", kubeBefore2, s.sampleCPU(b), kubeFloor, n)
 		b.ReportMetric(total.Seconds(), "total_s")
 		b.ReportMetric(floor.Seconds(), "floor_s")
 		b.ReportMetric(total.Seconds()/floor.Seconds(), "x_floor")
+		b.ReportMetric(kubeFloor.Seconds(), "kube_floor_s")
+		b.ReportMetric(total.Seconds()/kubeFloor.Seconds(), "x_kube_floor")
 		b.ReportMetric(float64(total.Milliseconds())/float64(n), "ms/machine")
 		b.ReportMetric(float64(paths.cordonedDrained), "cordoned_drained")
 		b.ReportMetric(float64(paths.noNode), "no_node")
@@ -208,7 +217,9 @@ func benchRollout(b *testing.B, full int) {
 			"chained appends' events sent again (all services): %d\n  %s\n  %s\n  %s\n%s\n",
 			r.ID, s.stepTimings(org, r.ID, start), appends.appends, appends.events, appends.seconds,
 			100*appends.seconds/total.Seconds(), 1000*appends.seconds/max(float64(appends.events), 1), appends.chainBreaks,
-			kubeCalls, commands, waits, cpuReport(cpuBefore, cpuAfter, total, n))
+			kubeCalls, commands, waits, cpuReport("the rollout", cpuBefore, cpuAfter, total, n))
+		fmt.Fprintf(os.Stderr, "rollout %s: the Kubernetes floor (every request a machine's rollout makes or causes, bare, same parallelism, nothing of anvil's running but its idle fleet): %s, the rollout %.2fx it\n%s\n",
+			r.ID, kubeFloor.Round(time.Millisecond), total.Seconds()/kubeFloor.Seconds(), kubeFloorCPU)
 		b.StartTimer()
 	}
 }
@@ -654,6 +665,75 @@ func (s *stack) baseline(b *testing.B, kube kubernetes.Interface, pool string, n
 			}
 			for j := 0; j < perMachine; j++ {
 				if _, err := js.Publish(ctx, fmt.Sprintf("baseline.%d", i), []byte(`{"machine":"x","step":"cordon","attempt":1}`)); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return time.Since(start)
+}
+
+// kubeFloor is the Kubernetes side of a rollout alone: per machine, with
+// the rollout's parallelism and a client of its limits, the requests a
+// machine's rollout makes (the cordon, the drain's list of the node's pods,
+// the uncordon) and the two its kubelet makes across the reboot (Ready to
+// False with the simulator's RebootingReason, which kwok leaves alone, and
+// back to True), one after the other as in a rollout, while the cluster's
+// controllers react to them as they do to a rollout's (the node lifecycle
+// controller's taints). Nothing of anvil's works meanwhile: what it takes
+// is what the workload cluster's control plane alone needs for the rollout
+// on these cores, the least wall time a rollout could take here.
+func (s *stack) kubeFloor(b *testing.B, kube kubernetes.Interface, pool string, n int) time.Duration {
+	ctx, cancel := context.WithTimeout(s.ctx, baselineTimeout)
+	defer cancel()
+	condition := func(status corev1.ConditionStatus, reason string) []byte {
+		now := metav1.Now()
+		p, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []any{map[string]any{
+			"type": corev1.NodeReady, "status": status, "reason": reason, "message": "the Kubernetes floor",
+			"lastHeartbeatTime": now, "lastTransitionTime": now}}}})
+		must(b, err)
+		return p
+	}
+	// The rollout's cordon and uncordon patches, which also set and drop
+	// its note of who cordoned the node.
+	cordon := fmt.Sprintf(`{"metadata":{"annotations":{%q:"the-kubernetes-floor"}},"spec":{"unschedulable":true}}`, app.CordonedByAnnotation)
+	uncordon := fmt.Sprintf(`{"metadata":{"annotations":{%q:null}},"spec":{"unschedulable":null}}`, app.CordonedByAnnotation)
+	sem := make(chan struct{}, max(n/10, 1))
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := 1; i <= n; i++ {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			node := fmt.Sprintf("%s-m%02d", pool, i)
+			nodes := kube.CoreV1().Nodes()
+			steps := []func() error{
+				func() error {
+					_, err := nodes.Patch(ctx, node, types.MergePatchType, []byte(cordon), metav1.PatchOptions{FieldManager: "anvil-rollout"})
+					return err
+				},
+				func() error {
+					_, err := kube.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+					return err
+				},
+				func() error {
+					_, err := nodes.PatchStatus(ctx, node, condition(corev1.ConditionFalse, sim.RebootingReason))
+					return err
+				},
+				func() error {
+					_, err := nodes.PatchStatus(ctx, node, condition(corev1.ConditionTrue, "KubeletReady"))
+					return err
+				},
+				func() error {
+					_, err := nodes.Patch(ctx, node, types.MergePatchType, []byte(uncordon), metav1.PatchOptions{FieldManager: "anvil-rollout"})
+					return err
+				},
+			}
+			for _, step := range steps {
+				if err := step(); err != nil {
 					b.Error(err)
 					return
 				}

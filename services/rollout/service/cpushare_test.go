@@ -94,8 +94,8 @@ func processCPU(pid int) (time.Duration, bool) {
 }
 
 // cpuReport says where the CPU went between two samples over wall time
-// wall, for n machines.
-func cpuReport(before, after cpuSample, wall time.Duration, n int) string {
+// wall, for n machines, during what (the rollout, a floor).
+func cpuReport(what string, before, after cpuSample, wall time.Duration, n int) string {
 	type share struct {
 		name string
 		d    time.Duration
@@ -131,8 +131,8 @@ func cpuReport(before, after cpuSample, wall time.Duration, n int) string {
 	}
 	// The control plane shares the cores with what is measured: its CPU
 	// spread over all of them is the least wall time it alone leaves.
-	return fmt.Sprintf("  CPU during the rollout: %.1f s of %.1f s on %d cores: %s; the Kubernetes processes together %.1f s, %.1f s of all %d cores\n"+
+	return fmt.Sprintf("  CPU during %s: %.1f s of %.1f s on %d cores: %s; the Kubernetes processes together %.1f s, %.1f s of all %d cores\n"+
 		"  API server requests: %.0f (%.1f per machine); most: %s",
-		total.Seconds(), wall.Seconds(), runtime.NumCPU(), strings.Join(parts, ", "), kube.Seconds(), kube.Seconds()/float64(runtime.NumCPU()), runtime.NumCPU(),
+		what, total.Seconds(), wall.Seconds(), runtime.NumCPU(), strings.Join(parts, ", "), kube.Seconds(), kube.Seconds()/float64(runtime.NumCPU()), runtime.NumCPU(),
 		requests, requests/float64(n), strings.Join(top, ", "))
 }
