@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -104,7 +105,10 @@ func RunService(t testing.TB, name string, fn func(context.Context) error, ready
 					t.Errorf("%s: %v", name, err)
 				}
 			case <-time.After(o.StopTimeout):
-				t.Errorf("%s did not stop", name)
+				// What it waits on is the only clue a rare hang leaves.
+				stacks := make([]byte, 1<<20)
+				stacks = stacks[:runtime.Stack(stacks, true)]
+				t.Errorf("%s did not stop within %s; the process's goroutines:\n%s", name, o.StopTimeout, stacks)
 			}
 		})
 	}
