@@ -655,6 +655,26 @@ func (s *stack) baseline(b *testing.B, kube kubernetes.Interface, pool string, n
 	defer cancel()
 	_, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "BASELINE", Subjects: []string{"baseline.>"}, Storage: jetstream.FileStorage})
 	must(b, err)
+	return eachMachine(pool, n, func(i int, node string) {
+		for _, p := range []string{`{"spec":{"unschedulable":true}}`, `{"spec":{"unschedulable":null}}`} {
+			if _, err := kube.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(p), metav1.PatchOptions{}); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+		for j := 0; j < perMachine; j++ {
+			if _, err := js.Publish(ctx, fmt.Sprintf("baseline.%d", i), []byte(`{"machine":"x","step":"cordon","attempt":1}`)); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+// eachMachine runs work for each of the n machines of pool (numbered from
+// 1, with its Node's name) with a rollout's parallelism at maxUnavailable
+// 10%, and returns how long all of it took: the floors' shape.
+func eachMachine(pool string, n int, work func(i int, node string)) time.Duration {
 	sem := make(chan struct{}, max(n/10, 1))
 	var wg sync.WaitGroup
 	start := time.Now()
@@ -663,19 +683,7 @@ func (s *stack) baseline(b *testing.B, kube kubernetes.Interface, pool string, n
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			node := fmt.Sprintf("%s-m%02d", pool, i)
-			for _, p := range []string{`{"spec":{"unschedulable":true}}`, `{"spec":{"unschedulable":null}}`} {
-				if _, err := kube.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(p), metav1.PatchOptions{}); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-			for j := 0; j < perMachine; j++ {
-				if _, err := js.Publish(ctx, fmt.Sprintf("baseline.%d", i), []byte(`{"machine":"x","step":"cordon","attempt":1}`)); err != nil {
-					b.Error(err)
-					return
-				}
-			}
+			work(i, fmt.Sprintf("%s-m%02d", pool, i))
 		}()
 	}
 	wg.Wait()
@@ -757,27 +765,16 @@ func (s *stack) kubeFloor(b *testing.B, kube kubernetes.Interface, pool string, 
 		}
 		return err
 	}
-	sem := make(chan struct{}, max(n/10, 1))
-	var wg sync.WaitGroup
-	start := time.Now()
-	for i := 1; i <= n; i++ {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			name := fmt.Sprintf("%s-m%02d", pool, i)
-			if err := oneMachine(name); err != nil {
-				b.Errorf("the Kubernetes floor, node %s: %v", name, err)
-				// Put it back as well as can be: Ready, uncordoned.
-				_ = setReady(name, corev1.ConditionTrue, "KubeletReady")
-				if patch, err := uncordon(nil); err == nil {
-					_, _ = patchNode(name, patch)
-				}
+	return eachMachine(pool, n, func(_ int, name string) {
+		if err := oneMachine(name); err != nil {
+			b.Errorf("the Kubernetes floor, node %s: %v", name, err)
+			// Put it back as well as can be: Ready, uncordoned.
+			_ = setReady(name, corev1.ConditionTrue, "KubeletReady")
+			if patch, err := uncordon(nil); err == nil {
+				_, _ = patchNode(name, patch)
 			}
-		}()
-	}
-	wg.Wait()
-	return time.Since(start)
+		}
+	})
 }
 
 // progress prints the rollout's progress to stderr every 5 s until stop
